@@ -1,0 +1,45 @@
+# `make demo` and `make test` each set up .venv from nothing (Python 3.11) and then run.
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP_FLAGS ?= -q
+
+.PHONY: venv demo test bench-ingest bench-accuracy bench-federation bench-sandwich bench-scale openapi clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install $(PIP_FLAGS) --upgrade pip
+	# torch first and pinned: the CPU wheel on disk, never a CUDA download.
+	$(PY) -m pip install $(PIP_FLAGS) torch==2.13.0
+	$(PY) -m pip install $(PIP_FLAGS) -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+demo: venv
+	$(VENV)/bin/fedrec demo
+
+test: venv
+	$(PY) -m pytest -q
+
+bench-ingest: venv
+	$(PY) benchmarks/ingest.py
+
+bench-accuracy: venv
+	$(PY) benchmarks/accuracy.py --data ../shared/data/ml-100k --split u1 --parties 2 --model gcn --seeds 5
+
+bench-federation: venv
+	$(PY) benchmarks/federation.py --data ../shared/data/ml-100k
+
+bench-sandwich: venv
+	$(PY) benchmarks/sandwich.py --data ../shared/data/filmtrust
+
+bench-scale: venv
+	$(PY) benchmarks/scale.py
+
+openapi: venv
+	$(VENV)/bin/fedrec openapi party --out docs/openapi-party.json
+	$(VENV)/bin/fedrec openapi coordinator --out docs/openapi-coordinator.json
+
+clean:
+	rm -rf $(VENV) var .pytest_cache

@@ -1,0 +1,11 @@
+"""`fedrec coordinator` sub-commands."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the coordinator commands to the root CLI."""
+    sub = typer.Typer(help="coordinator commands (not yet implemented).", no_args_is_help=True)
+    app.add_typer(sub, name="coordinator")

@@ -1,0 +1,1 @@
+"""coordinator_api.routes package."""

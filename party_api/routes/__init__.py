@@ -1,0 +1,1 @@
+"""party_api.routes package."""

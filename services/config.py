@@ -1,0 +1,70 @@
+"""Settings for the party and coordinator services (read from the environment only in __main__/CLI)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEV_ADMIN_TOKEN = "dev-admin-token"
+DEV_COORDINATOR_TOKEN = "dev-coordinator-token"
+DEV_API_KEY = "dev-api-key"
+
+
+class PartySettings(BaseSettings):
+    """Configuration of one party service."""
+
+    model_config = SettingsConfigDict(env_prefix="PARTY_", extra="forbid")
+
+    party_id: str = "party"
+    role: Literal["ratings", "social"] = "ratings"
+    database_url: str = "sqlite:///./var/party.db"
+    data_dir: Path = Path("./var/party")
+    rating_min: float = 1.0
+    rating_max: float = 5.0
+    # Secrets: no working default outside dev mode (validated below).
+    dev_mode: bool = False
+    admin_token: str | None = None
+    coordinator_token: str | None = None
+    api_keys: list[str] = Field(default_factory=list)
+    ingest_batch_rows: int = 50_000
+
+    @model_validator(mode="after")
+    def _secrets(self) -> "PartySettings":
+        """Fill dev secrets in dev mode; refuse to start without secrets otherwise."""
+        if self.dev_mode:
+            self.admin_token = self.admin_token or DEV_ADMIN_TOKEN
+            self.coordinator_token = self.coordinator_token or DEV_COORDINATOR_TOKEN
+            self.api_keys = self.api_keys or [DEV_API_KEY]
+        missing = [n for n in ("admin_token", "coordinator_token") if not getattr(self, n)]
+        if missing:
+            raise ValueError(f"missing secrets {missing}: set PARTY_ADMIN_TOKEN etc. or PARTY_DEV_MODE=1")
+        if self.rating_min >= self.rating_max:
+            raise ValueError("rating_min must be below rating_max")
+        return self
+
+
+class CoordinatorSettings(BaseSettings):
+    """Configuration of the coordinator service."""
+
+    model_config = SettingsConfigDict(env_prefix="COORD_", extra="forbid")
+
+    database_url: str = "sqlite:///./var/coordinator.db"
+    data_dir: Path = Path("./var/coordinator")
+    dev_mode: bool = False
+    admin_token: str | None = None
+    api_keys: list[str] = Field(default_factory=list)
+    request_timeout_s: float = 120.0
+    max_retries: int = 3
+
+    @model_validator(mode="after")
+    def _secrets(self) -> "CoordinatorSettings":
+        """Fill dev secrets in dev mode; refuse to start without secrets otherwise."""
+        if self.dev_mode:
+            self.admin_token = self.admin_token or DEV_ADMIN_TOKEN
+            self.api_keys = self.api_keys or [DEV_API_KEY]
+        if not self.admin_token:
+            raise ValueError("missing secret admin_token: set COORD_ADMIN_TOKEN or COORD_DEV_MODE=1")
+        return self
