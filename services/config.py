@@ -30,6 +30,8 @@ class PartySettings(BaseSettings):
     coordinator_token: str | None = None
     api_keys: list[str] = Field(default_factory=list)
     ingest_batch_rows: int = 50_000
+    host: str = "127.0.0.1"
+    port: int = 8001
 
     @model_validator(mode="after")
     def _secrets(self) -> "PartySettings":
@@ -41,6 +43,10 @@ class PartySettings(BaseSettings):
         missing = [n for n in ("admin_token", "coordinator_token") if not getattr(self, n)]
         if missing:
             raise ValueError(f"missing secrets {missing}: set PARTY_ADMIN_TOKEN etc. or PARTY_DEV_MODE=1")
+        # Each credential must open only its own routes, so no two may be equal.
+        secrets = [self.admin_token, self.coordinator_token, *self.api_keys]
+        if len(set(secrets)) != len(secrets):
+            raise ValueError("admin token, coordinator token and API keys must all differ")
         if self.rating_min >= self.rating_max:
             raise ValueError("rating_min must be below rating_max")
         return self
@@ -58,6 +64,9 @@ class CoordinatorSettings(BaseSettings):
     api_keys: list[str] = Field(default_factory=list)
     request_timeout_s: float = 120.0
     max_retries: int = 3
+    retry_backoff_s: float = 0.2
+    # How often a paused run (below min_parties) probes its parties again.
+    pause_poll_s: float = 2.0
 
     @model_validator(mode="after")
     def _secrets(self) -> "CoordinatorSettings":

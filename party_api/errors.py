@@ -1,0 +1,113 @@
+"""One place that turns domain errors, auth failures and request validation into JSON bodies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from services.errors import (
+    Conflict,
+    CryptoError,
+    DomainError,
+    NotFound,
+    PartyUnavailable,
+    ProtocolError,
+    ValidationFailed,
+)
+
+STATUS_BY_ERROR: list[tuple[type[DomainError], int]] = [
+    (NotFound, 404),
+    (Conflict, 409),  # includes PrivacyBudgetExhausted
+    (ValidationFailed, 422),
+    (ProtocolError, 409),
+    (CryptoError, 422),
+    (PartyUnavailable, 502),
+]
+
+
+class ApiError(Exception):
+    """An HTTP-level refusal (credentials, media type) raised by the API layer itself."""
+
+    def __init__(self, status: int, code: str, detail: str, headers: dict[str, str] | None = None):
+        super().__init__(detail)
+        self.status, self.code, self.detail, self.headers = status, code, detail, headers
+
+
+class RowErrorRead(BaseModel):
+    """One rejected row: 1-based data row (0 = header), field and reason."""
+
+    row: int | None
+    field: str | None
+    reason: str
+
+
+class ErrorRead(BaseModel):
+    """Body of every error response."""
+
+    code: str
+    detail: str
+    errors: list[RowErrorRead] | None = None
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """`responses=` entry declaring the error body for the given status codes."""
+    return {status: {"model": ErrorRead} for status in statuses}
+
+
+def _status(exc: DomainError) -> int:
+    for cls, status in STATUS_BY_ERROR:
+        if isinstance(exc, cls):
+            return status
+    return 400
+
+
+async def _domain(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, DomainError)
+    return JSONResponse({"code": exc.code, "detail": exc.detail, **exc.extra}, _status(exc))
+
+
+async def _api(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return JSONResponse({"code": exc.code, "detail": exc.detail}, exc.status, headers=exc.headers)
+
+
+def _row_error(err: dict[str, Any]) -> dict[str, Any]:
+    """FastAPI's loc ('body', 'rows', 3, 'rating') becomes row 4, field 'rating'."""
+    loc = [p for p in err.get("loc", ()) if p != "body"]
+    index = next((p for p in loc if isinstance(p, int)), None)
+    names = [str(p) for p in loc if isinstance(p, str)]
+    field = names[-1] if names else None
+    return {"row": None if index is None else index + 1, "field": field, "reason": err["msg"]}
+
+
+async def _request(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = [_row_error(e) for e in exc.errors()][:20]
+    first = errors[0] if errors else {"reason": "invalid request"}
+    where = f"row {first['row']}: " if first.get("row") else ""
+    detail = (
+        f"request rejected, nothing stored: {where}{first.get('field') or ''} {first['reason']}"
+    )
+    body = {"code": "validation_failed", "detail": detail, "errors": errors}
+    return JSONResponse(body, 422)
+
+
+async def _http(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return JSONResponse(
+        {"code": code, "detail": str(exc.detail)}, exc.status_code, headers=exc.headers
+    )
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the handlers on an app."""
+    app.add_exception_handler(DomainError, _domain)
+    app.add_exception_handler(ApiError, _api)
+    app.add_exception_handler(RequestValidationError, _request)
+    app.add_exception_handler(StarletteHTTPException, _http)

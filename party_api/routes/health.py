@@ -1,0 +1,28 @@
+"""Liveness and readiness probes (no credentials)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from party_api.deps import SettingsDep
+from party_api.schemas import HealthRead
+from services.db.session import pending_migration
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/health", response_model=HealthRead)
+def liveness(settings: SettingsDep) -> HealthRead:
+    """The process is up."""
+    return HealthRead(status="ok", party_id=settings.party_id)
+
+
+@router.get("/ready", response_model=HealthRead, responses={503: {"model": HealthRead}})
+def readiness(request: Request, settings: SettingsDep) -> HealthRead | JSONResponse:
+    """The database is reachable and migrated to the current schema."""
+    problem = pending_migration(request.app.state.engine)
+    if problem:
+        body = HealthRead(status="unavailable", party_id=settings.party_id, detail=problem)
+        return JSONResponse(body.model_dump(), status_code=503)
+    return HealthRead(status="ready", party_id=settings.party_id)

@@ -1,0 +1,25 @@
+"""Per-user admin routes: inspect and erase (right to erasure)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from party_api.deps import AdminDep, SessionDep
+from party_api.errors import error_responses
+from party_api.schemas import ErasureRead, UserRead
+from services.party import catalog
+
+router = APIRouter(prefix="/v1/users", tags=["users"], dependencies=[AdminDep])
+ERRORS = error_responses(401, 403, 404)
+
+
+@router.get("/{external_id}", response_model=UserRead, responses=ERRORS)
+def get_user(external_id: str, session: SessionDep) -> catalog.UserRecord:
+    """What this party holds about one user (counts only)."""
+    return catalog.get_user(session=session, external_id=external_id)
+
+
+@router.delete("/{external_id}", response_model=ErasureRead, responses=ERRORS)
+def erase_user(external_id: str, session: SessionDep) -> catalog.Erasure:
+    """Delete the user's interactions, social links and user row (right to erasure)."""
+    return catalog.erase_user(session=session, external_id=external_id)

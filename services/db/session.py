@@ -1,0 +1,77 @@
+"""Engine, session factory and migration helpers shared by the services and their tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+SQLITE_BUSY_TIMEOUT_MS = 60_000
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    """WAL + synchronous=NORMAL: a committed transaction survives a process kill (not power loss)."""
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.close()
+
+
+def make_engine(database_url: str) -> Engine:
+    """Create an engine for SQLite (file directory created, pragmas set) or PostgreSQL."""
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite":
+        if url.database and url.database != ":memory:":
+            Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+        # Bulk ingestion runs in worker threads; connections move between threads via the pool.
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 60})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
+    """Session factory; objects stay readable after commit."""
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+def upgrade(database_url: str, *, environment: Literal["party", "coordinator"] = "party") -> None:
+    """Run the Alembic migrations of one environment up to head."""
+    from alembic import command
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR / environment))
+    # Passed as an attribute, not an ini option: URLs may contain '%' (configparser interpolation).
+    config.attributes["database_url"] = database_url
+    command.upgrade(config, "head")
+
+
+def migrate(database_url: str) -> None:
+    """Bring a party database to the current schema."""
+    upgrade(database_url, environment="party")
+
+
+def pending_migration(
+    engine: Engine, *, environment: Literal["party", "coordinator"] = "party"
+) -> str | None:
+    """None when the database is reachable and at head; otherwise what is wrong."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory(str(MIGRATIONS_DIR / environment)).get_current_head()
+    try:
+        with engine.connect() as connection:
+            options = {"version_table": f"alembic_version_{environment}"}
+            current = MigrationContext.configure(connection, opts=options).get_current_revision()
+    except Exception as exc:  # noqa: BLE001 - readiness reports any connection failure
+        return f"database unreachable: {type(exc).__name__}"
+    if current != head:
+        return f"database schema at {current}, expected {head}: run migrations"
+    return None

@@ -1,0 +1,135 @@
+"""Read side and erasure of a party's data: counts, summary, per-user view, right to erasure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import delete, func, or_, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from services.db.party_tables import Interaction, Item, SocialLink, User
+from services.errors import NotFound
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Row counts of the party's tables."""
+
+    users: int
+    items: int
+    interactions: int
+    social_links: int
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Counts plus the rating histogram and the party's rating scale."""
+
+    party_id: str
+    role: str
+    counts: Counts
+    rating_min: float
+    rating_max: float
+    rating_histogram: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class UserRecord:
+    """What the party holds about one user (counts only)."""
+
+    external_id: str
+    interactions: int
+    social_links: int
+
+
+@dataclass(frozen=True)
+class Erasure:
+    """What an erasure removed."""
+
+    external_id: str
+    interactions_deleted: int
+    social_links_deleted: int
+
+
+def counts(*, session: Session) -> Counts:
+    """Count users, items, interactions and social links."""
+
+    def n(model: Any) -> int:
+        return int(session.scalar(select(func.count()).select_from(model)) or 0)
+
+    return Counts(n(User), n(Item), n(Interaction), n(SocialLink))
+
+
+def summary(
+    *, session: Session, party_id: str, role: str, rating_min: float, rating_max: float
+) -> Summary:
+    """Counts and the rating histogram (rating value as a string key → count)."""
+    rows = session.execute(
+        select(Interaction.rating, func.count())
+        .group_by(Interaction.rating)
+        .order_by(Interaction.rating)
+    ).all()
+    histogram = {_label(rating): int(count) for rating, count in rows}
+    return Summary(party_id, role, counts(session=session), rating_min, rating_max, histogram)
+
+
+def _label(rating: float) -> str:
+    """'4' for 4.0, '3.5' for 3.5: JSON object keys are strings."""
+    return str(int(rating)) if float(rating).is_integer() else repr(float(rating))
+
+
+def _user(session: Session, external_id: str) -> User:
+    user = session.scalar(select(User).where(User.external_id == external_id))
+    if user is None:
+        raise NotFound(f"unknown user {external_id!r}", extra={"external_id": external_id})
+    return user
+
+
+def _links_of(user_id: int) -> Any:
+    return or_(SocialLink.src_user_id == user_id, SocialLink.dst_user_id == user_id)
+
+
+def get_user(*, session: Session, external_id: str) -> UserRecord:
+    """Counts of what the party holds about a user (404 if unknown)."""
+    user = _user(session, external_id)
+    n_inter = session.scalar(select(func.count()).where(Interaction.user_id == user.id)) or 0
+    n_links = session.scalar(select(func.count()).where(_links_of(user.id))) or 0
+    return UserRecord(external_id, int(n_inter), int(n_links))
+
+
+def erase_user(*, session: Session, external_id: str) -> Erasure:
+    """Right to erasure: delete a user's interactions, social links and user row, atomically."""
+    try:
+        user = _user(session, external_id)
+        inter = session.execute(delete(Interaction).where(Interaction.user_id == user.id))
+        links = session.execute(delete(SocialLink).where(_links_of(user.id)))
+        session.execute(delete(User).where(User.id == user.id))
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    return Erasure(external_id, int(inter.rowcount or 0), int(links.rowcount or 0))  # type: ignore[attr-defined]
+
+
+def upsert_items(*, session: Session, items: Sequence[dict[str, Any]]) -> int:
+    """Create or update items with their metadata ({external_id, metadata}); one transaction."""
+    if not items:
+        return 0
+    dialect = session.get_bind().dialect.name
+    insert = (sqlite if dialect == "sqlite" else postgresql).insert
+    stmt = insert(Item.__table__)  # type: ignore[arg-type]
+    stmt = stmt.on_conflict_do_update(
+        index_elements=["external_id"], set_={"metadata": stmt.excluded.metadata}
+    )
+    try:
+        session.execute(
+            stmt, [{"external_id": i["external_id"], "metadata": i.get("metadata")} for i in items]
+        )
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    return len(items)
