@@ -1,0 +1,115 @@
+"""Readers for MovieLens-100K (u.data, official u1..u5/ua/ub splits) and MovieLens-1M."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from services.data.parsing import (
+    DataFormatError,
+    dedupe_keep_last,
+    empty_ratings,
+    parse_ids,
+    parse_numbers,
+    read_rows,
+    split_fields,
+)
+from services.data.splits import random_split
+from services.data.types import Dataset, Ratings
+
+ML100K_SPLITS = ("u1", "u2", "u3", "u4", "u5", "ua", "ub")
+ML_RATING_RANGE = (1.0, 5.0)
+
+
+def _parse(path: Path, sep: str) -> Ratings:
+    """Parse `user sep item sep rating sep timestamp` lines into Ratings."""
+    lines, numbers = read_rows(path)
+    rows = split_fields(path, lines, numbers, sep, (4,))
+    cols = list(zip(*rows)) if rows else [(), (), (), ()]
+    ratings = Ratings(
+        parse_ids(path, list(cols[0]), numbers, "user_id"),
+        parse_ids(path, list(cols[1]), numbers, "item_id"),
+        parse_numbers(path, list(cols[2]), numbers, "rating", np.float32, ML_RATING_RANGE),
+        parse_numbers(path, list(cols[3]), numbers, "timestamp", np.int64),
+    )
+    if len(ratings) == 0:
+        return empty_ratings()
+    return ratings
+
+
+def read_ml100k_ratings(path: str | Path) -> Ratings:
+    """Read one MovieLens-100K file (u.data, uN.base, uN.test): TAB-separated u i r ts."""
+    ratings, _ = dedupe_keep_last(_parse(Path(path), "\t"), source=str(path))
+    return ratings
+
+
+def read_ml1m_ratings(path: str | Path) -> Ratings:
+    """Read MovieLens-1M ratings.dat: `user::item::rating::timestamp` per line."""
+    ratings = _parse(Path(path), "::")
+    ratings, _ = dedupe_keep_last(ratings, source=str(path))
+    return ratings
+
+
+def load_ml100k(
+    path: str | Path,
+    split: str | None = "u1",
+    *,
+    seed: int = 0,
+    ratios: tuple[float, float, float] = (0.6, 0.2, 0.2),
+) -> Dataset:
+    """Load MovieLens-100K: an official split, or (split=None) a seeded random split of u.data."""
+    root = Path(path)
+    if not root.is_dir():
+        raise FileNotFoundError(f"MovieLens-100K directory not found: {root}")
+    if split is None:
+        train, valid, test = random_split(
+            read_ml100k_ratings(root / "u.data"), ratios, np.random.default_rng(seed)
+        )
+        return Dataset(
+            "ml-100k",
+            train,
+            test,
+            valid,
+            rating_min=1.0,
+            rating_max=5.0,
+            meta={"split": "random", "ratios": ratios, "seed": seed},
+        )
+    if split not in ML100K_SPLITS:
+        raise ValueError(f"split must be one of {ML100K_SPLITS} or None, got {split!r}")
+    train = read_ml100k_ratings(root / f"{split}.base")
+    test = read_ml100k_ratings(root / f"{split}.test")
+    return Dataset(
+        "ml-100k", train, test, None, rating_min=1.0, rating_max=5.0, meta={"split": split}
+    )
+
+
+def load_ml1m(
+    path: str | Path,
+    *,
+    seed: int = 0,
+    ratios: tuple[float, float, float] = (0.6, 0.2, 0.2),
+) -> Dataset:
+    """Load MovieLens-1M (directory or ratings.dat) with a seeded random train/valid/test split."""
+    p = Path(path)
+    file = p / "ratings.dat" if p.is_dir() else p
+    train, valid, test = random_split(read_ml1m_ratings(file), ratios, np.random.default_rng(seed))
+    return Dataset(
+        "ml-1m",
+        train,
+        test,
+        valid,
+        rating_min=1.0,
+        rating_max=5.0,
+        meta={"split": "random", "ratios": ratios, "seed": seed},
+    )
+
+
+__all__ = [
+    "ML100K_SPLITS",
+    "DataFormatError",
+    "load_ml1m",
+    "load_ml100k",
+    "read_ml1m_ratings",
+    "read_ml100k_ratings",
+]
