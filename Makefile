@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed
 
 demo: venv
-	$(VENV)/bin/fedrec demo
+	$(VENV)/bin/fedrec demo $(DEMO_ARGS)
 
 test: venv
 	$(PY) -m pytest -q

@@ -1,1 +1,9 @@
-"""coordinator_api.routes package."""
+"""Every router of the coordinator API, in one list."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from coordinator_api.routes import health, parties, recommendations, runs
+
+ROUTERS: list[APIRouter] = [health.router, parties.router, runs.router, recommendations.router]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from party_api.routes import federation, health, ingest, serving, summary, users
+from party_api.routes import federation, health, ingest, serving, social, summary, users
 
 # Federation routers guard themselves with `dependencies=[CoordinatorDep]`,
 # serving routers with `dependencies=[ApiKeyDep]` (see party_api.deps).
@@ -16,4 +16,5 @@ ROUTERS: list[APIRouter] = [
     federation.router,
     federation.admin_router,
     serving.router,
+    social.router,
 ]

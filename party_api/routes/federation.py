@@ -16,7 +16,13 @@ from services.party import fed_store
 from services.party.federation import FederationService
 from services.protocol import PROTOCOL_VERSION
 from services.protocol.federation import FEDERATION_MEDIA_TYPE
-from services.protocol.messages import AckResponse, ConfigureRequest, ConfigureResponse, StartRequest, StartResponse
+from services.protocol.messages import (
+    AckResponse,
+    ConfigureRequest,
+    ConfigureResponse,
+    StartRequest,
+    StartResponse,
+)
 
 _create_lock = threading.Lock()
 

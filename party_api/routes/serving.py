@@ -10,7 +10,13 @@ from fastapi import APIRouter, Depends, Query, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, ConfigDict, Field
 
-from party_api.deps import SessionDep, SettingsDep, api_key_scheme, coordinator_scheme, require_api_key
+from party_api.deps import (
+    SessionDep,
+    SettingsDep,
+    api_key_scheme,
+    coordinator_scheme,
+    require_api_key,
+)
 from party_api.errors import error_responses
 from services.party import serving
 from services.party.serving import ModelCache

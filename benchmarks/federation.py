@@ -1,0 +1,82 @@
+"""Same VerFedGNN training in-process and over HTTP (coordinator + party processes on loopback).
+
+Prints one JSON line: seconds of the training rounds each way, their ratio, bytes per round per
+party, and both test RMSEs (same seeds, so they should agree to 4 decimals).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import torch
+
+from cli.localfed import CoordinatorClient, coordinator_proc, load_party, party_proc
+from services.coordinator.reference import run_reference
+from services.data.movielens import load_ml100k
+from services.data.splits import vertical_split_dataset
+from services.protocol.training import TrainConfig
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run both transports and print the figures."""
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--data", default="../shared/data/ml-100k")
+    ap.add_argument("--split", default="u1")
+    ap.add_argument("--parties", type=int, default=2)
+    ap.add_argument("--model", default="gcn")
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--party-threads", type=int, default=1,
+                    help="torch threads per party process (parties run in parallel on the same cores)")
+    args = ap.parse_args(argv)
+    ds = load_ml100k(args.data, split=args.split)
+    parts = {f"party{k}": p for k, p in enumerate(vertical_split_dataset(ds, args.parties, seed=args.seed))}
+    cfg = {"model": args.model}
+    config = TrainConfig(**cfg, seed=args.seed, rounds=args.rounds)
+    torch.set_num_threads(args.party_threads)  # the same torch threads as each party process
+    ref = run_reference(parties=parts, config=config, rounds=args.rounds)
+    print(f"in-process: {ref.seconds:.2f}s, test RMSE {ref.test_rmse:.4f}", file=sys.stderr)
+
+    root = Path(tempfile.mkdtemp(prefix="fedrec-bench-"))
+    threads = {"OMP_NUM_THREADS": str(args.party_threads)}
+    procs = [party_proc(p, root, extra_env=threads) for p in parts]
+    coord = coordinator_proc(root, extra_env={"COORD_PAUSE_POLL_S": "0.5", **threads})
+    try:
+        for proc in [*procs, coord]:
+            proc.start()
+        http = httpx.Client(timeout=300)
+        cc = CoordinatorClient(coord.url)
+        for proc, (pid, ds_p) in zip(procs, parts.items()):
+            load_party(http, proc.url, ds_p)
+            cc.register(pid, proc.url)
+        started = time.perf_counter()
+        run = cc.create_run(rounds=args.rounds, min_parties=args.parties, seed=args.seed, config=cfg)
+        status = cc.wait(run["run_id"], timeout=3600)
+        total = time.perf_counter() - started
+    finally:
+        for proc in [coord, *procs]:
+            proc.stop()
+    if status["state"] != "completed":
+        raise SystemExit(f"HTTP run ended {status['state']}: {status['detail']}")
+    rounds = status["rounds"]
+    seconds_http = sum(r["seconds"] for r in rounds)
+    per_party = {p: sum(r["bytes_sent"].get(p, 0) + r["bytes_received"].get(p, 0) for r in rounds) / len(rounds)
+                 for p in parts}
+    print(json.dumps({
+        "data": f"ml-100k/{args.split}", "parties": args.parties, "model": args.model, "rounds": args.rounds,
+        "seed": args.seed, "party_threads": args.party_threads, "seconds_inprocess": round(ref.seconds, 3), "seconds_http": round(seconds_http, 3),
+        "ratio": round(seconds_http / ref.seconds, 3), "seconds_http_total_with_psi_and_setup": round(total, 3),
+        "bytes_per_round_per_party": round(sum(per_party.values()) / len(per_party)),
+        "bytes_per_round_by_party": {p: round(v) for p, v in per_party.items()},
+        "rmse_inprocess": round(ref.test_rmse, 6), "rmse_http": round(rounds[-1]["metrics"]["test_rmse"], 6),
+    }))
+
+
+if __name__ == "__main__":
+    main()

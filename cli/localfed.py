@@ -1,0 +1,197 @@
+"""A local federation on loopback: party/coordinator processes, data loading over HTTP, run control."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from services.data.types import Dataset, Ratings
+
+ADMIN = "local-admin-token"
+COORD_TOKEN = "local-coordinator-token"
+API_KEY = "local-api-key"
+INGEST_CHUNK = 50_000
+# One torch thread per service process: the parties already run in parallel, and on a small machine
+# oversubscribed OpenMP threads make sparse graph ops several times slower (see benchmarks/federation.py).
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
+
+
+def free_port() -> int:
+    """An ephemeral loopback port that is free right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Proc:
+    """A service running as a separate process."""
+
+    name: str
+    url: str
+    env: dict[str, str]
+    args: list[str]
+    log: Path
+    popen: subprocess.Popen[bytes] | None = None
+
+    def spawn(self) -> Proc:
+        """Start the process without waiting."""
+        with open(self.log, "ab") as log:
+            self.popen = subprocess.Popen(self.args, env={**os.environ, **self.env}, stdout=log, stderr=log,
+                                          start_new_session=True)
+        return self
+
+    def wait_ready(self, *, timeout: float = 60.0) -> Proc:
+        """Wait until /health answers."""
+        wait_healthy(self.url, timeout=timeout, proc=self.popen, log=self.log)
+        return self
+
+    def start(self, *, timeout: float = 60.0) -> Proc:
+        """Spawn and wait until /health answers."""
+        return self.spawn().wait_ready(timeout=timeout)
+
+    def kill(self) -> None:
+        """SIGKILL (a crash, no cleanup)."""
+        if self.popen and self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGKILL)
+            self.popen.wait(10)
+
+    def stop(self) -> None:
+        """SIGTERM and wait (clean shutdown); SIGKILL if it hangs."""
+        if self.popen and self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def start_all(procs: list[Proc], *, timeout: float = 90.0) -> None:
+    """Spawn several processes at once, then wait for each (start-up overlaps)."""
+    for proc in procs:
+        proc.spawn()
+    for proc in procs:
+        proc.wait_ready(timeout=timeout)
+
+
+def wait_healthy(url: str, *, timeout: float, proc: subprocess.Popen[bytes] | None = None,
+                 log: Path | None = None) -> None:
+    """Poll GET /health until it answers 200."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            tail = log.read_text()[-2000:] if log else ""
+            raise RuntimeError(f"{url} exited with {proc.returncode}:\n{tail}")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not become healthy in {timeout}s")
+
+
+def party_proc(party_id: str, root: Path, *, port: int | None = None,
+               extra_env: Mapping[str, str] | None = None) -> Proc:
+    """A party service process with its own SQLite database under root/party_id."""
+    port = port or free_port()
+    home = root / party_id
+    home.mkdir(parents=True, exist_ok=True)
+    env = {"PARTY_PARTY_ID": party_id, "PARTY_DATABASE_URL": f"sqlite:///{home / 'party.db'}",
+           "PARTY_DATA_DIR": str(home), "PARTY_ADMIN_TOKEN": ADMIN, "PARTY_COORDINATOR_TOKEN": COORD_TOKEN,
+           "PARTY_API_KEYS": f'["{API_KEY}"]', **ONE_THREAD, **(extra_env or {})}
+    return Proc(party_id, f"http://127.0.0.1:{port}", env,
+                [sys.executable, "-m", "party_api", "--host", "127.0.0.1", "--port", str(port)], home / "log.txt")
+
+
+def coordinator_proc(root: Path, *, port: int | None = None, extra_env: Mapping[str, str] | None = None) -> Proc:
+    """The coordinator process with its own SQLite database under root/coordinator."""
+    port = port or free_port()
+    home = root / "coordinator"
+    home.mkdir(parents=True, exist_ok=True)
+    env = {"COORD_DATABASE_URL": f"sqlite:///{home / 'coordinator.db'}", "COORD_DATA_DIR": str(home),
+           "COORD_ADMIN_TOKEN": ADMIN, "COORD_API_KEYS": f'["{API_KEY}"]', **ONE_THREAD, **(extra_env or {})}
+    return Proc("coordinator", f"http://127.0.0.1:{port}", env,
+                [sys.executable, "-m", "coordinator_api", "--host", "127.0.0.1", "--port", str(port)],
+                home / "log.txt")
+
+
+def _rows(r: Ratings) -> list[dict[str, Any]]:
+    return [{"user_id": str(u), "item_id": str(i), "rating": float(x)}
+            for u, i, x in zip(r.user_ids.tolist(), r.item_ids.tolist(), r.ratings.tolist())]
+
+
+def load_party(http: httpx.Client, url: str, ds: Dataset, *, admin: str = ADMIN) -> int:
+    """Ingest a party's ratings (all splits) through its API, then label the held-out ones."""
+    headers = {"Authorization": f"Bearer {admin}"}
+    held = [(ds.test, "test")] + ([(ds.valid, "valid")] if ds.valid is not None else [])
+    rows = _rows(ds.train) + [row for r, _ in held for row in _rows(r)]
+    for start in range(0, len(rows), INGEST_CHUNK):
+        resp = http.post(f"{url}/v1/interactions", json={"rows": rows[start:start + INGEST_CHUNK]},
+                         headers=headers, timeout=300)
+        resp.raise_for_status()
+    labels = [{"user_id": str(u), "item_id": str(i), "split": name}
+              for r, name in held for u, i in zip(r.user_ids.tolist(), r.item_ids.tolist())]
+    http.put(f"{url}/v1/evaluation-split", json={"rows": labels}, headers=headers, timeout=300).raise_for_status()
+    return len(rows)
+
+
+@dataclass
+class CoordinatorClient:
+    """Admin calls to the coordinator."""
+
+    url: str
+    http: httpx.Client = field(default_factory=lambda: httpx.Client(timeout=60))
+    admin: str = ADMIN
+
+    def _h(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.admin}"}
+
+    def register(self, party_id: str, url: str, token: str = COORD_TOKEN) -> None:
+        """Register (or re-point) a party."""
+        resp = self.http.post(f"{self.url}/v1/parties", headers=self._h(),
+                              json={"party_id": party_id, "url": url, "token": token})
+        if resp.status_code == 409:
+            resp = self.http.patch(f"{self.url}/v1/parties/{party_id}", headers=self._h(),
+                                   json={"url": url, "token": token})
+        resp.raise_for_status()
+
+    def create_run(self, **body: Any) -> dict[str, Any]:
+        """POST /v1/runs (202)."""
+        resp = self.http.post(f"{self.url}/v1/runs", headers=self._h(), json=body)
+        resp.raise_for_status()
+        return dict(resp.json())
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        """GET /v1/runs/{id}."""
+        resp = self.http.get(f"{self.url}/v1/runs/{run_id}", headers=self._h())
+        resp.raise_for_status()
+        return dict(resp.json())
+
+    def wait(self, run_id: str, *, until: tuple[str, ...] = ("completed", "failed", "cancelled"),
+             timeout: float = 600, rounds_done: int | None = None, on_poll: Any = None) -> dict[str, Any]:
+        """Poll until the run reaches a state (or a number of completed rounds)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                status = self.run(run_id)
+            except httpx.TransportError:
+                status = None
+            if status is not None:
+                if on_poll:
+                    on_poll(status)
+                if status["state"] in until or (rounds_done is not None and status["rounds_done"] >= rounds_done):
+                    return status
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"run {run_id} still {status and status['state']} after {timeout}s")
+            time.sleep(0.1)

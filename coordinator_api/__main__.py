@@ -1,0 +1,26 @@
+"""`python -m coordinator_api [--host H] [--port P]`: migrate the database, then serve."""
+
+from __future__ import annotations
+
+import argparse
+
+import uvicorn
+
+from coordinator_api.main import create_app
+from services.config import CoordinatorSettings
+from services.db.session import upgrade
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Read settings from the environment (COORD_*), run migrations, start uvicorn."""
+    settings = CoordinatorSettings()
+    parser = argparse.ArgumentParser(prog="python -m coordinator_api", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    args = parser.parse_args(argv)
+    upgrade(settings.database_url, environment="coordinator")
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""The coordinator service: create_app(settings) wires the database, party client and run manager."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+
+from coordinator_api import errors
+from coordinator_api.routes import ROUTERS
+from services.config import CoordinatorSettings
+from services.coordinator.runner import RunManager
+from services.db.session import make_engine, make_sessionmaker
+
+
+def operation_id(route: APIRoute) -> str:
+    """Stable OpenAPI operation ids: "{tag}-{route name}"."""
+    return f"{route.tags[0]}-{route.name}" if route.tags else route.name
+
+
+def create_app(settings: CoordinatorSettings, *, resume: bool = True) -> FastAPI:
+    """Build the app; lifespan owns the engine and the run manager, and resumes unfinished runs."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = make_engine(settings.database_url)
+        app.state.engine = engine
+        app.state.sessionmaker = make_sessionmaker(engine)
+        app.state.manager = RunManager(sessions=app.state.sessionmaker, settings=settings)
+        if resume:
+            app.state.manager.resume_all()
+        try:
+            yield
+        finally:
+            app.state.manager.shutdown()
+            engine.dispose()
+
+    app = FastAPI(title="fedrec coordinator", version="0.1.0", lifespan=lifespan,
+                  description="Orchestrates vertical federated GNN training between parties; merges serving.",
+                  generate_unique_id_function=operation_id)
+    app.state.settings = settings
+    errors.install(app)
+    for router in ROUTERS:
+        app.include_router(router)
+    return app

@@ -1,0 +1,77 @@
+"""Party registry (admin): changes apply to running runs from their next call, no restart."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from coordinator_api.deps import SessionDep, require_admin
+from coordinator_api.errors import ERROR_RESPONSES
+from services.coordinator import registry
+
+router = APIRouter(prefix="/v1/parties", tags=["parties"], dependencies=[Depends(require_admin)],
+                   responses=ERROR_RESPONSES)
+
+
+class PartyCreate(BaseModel):
+    """Register a party: its base URL, the bearer credential the coordinator presents, its role."""
+
+    model_config = ConfigDict(extra="forbid")
+    party_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    url: str = Field(min_length=8, max_length=512)
+    token: str = Field(min_length=1, max_length=512)
+    role: str = Field(default="ratings", pattern=r"^(ratings|social)$")
+
+
+class PartyUpdate(BaseModel):
+    """Change any of a party's fields."""
+
+    model_config = ConfigDict(extra="forbid")
+    url: str | None = Field(default=None, min_length=8, max_length=512)
+    token: str | None = Field(default=None, min_length=1, max_length=512)
+    role: str | None = Field(default=None, pattern=r"^(ratings|social)$")
+    enabled: bool | None = None
+
+
+class PartyRead(BaseModel):
+    """A registered party (the credential is never echoed)."""
+
+    party_id: str
+    url: str
+    role: str
+    enabled: bool
+
+
+def _read(p: registry.PartyEndpoint) -> PartyRead:
+    return PartyRead(party_id=p.party_id, url=p.url, role=p.role, enabled=p.enabled)
+
+
+@router.get("", response_model=list[PartyRead])
+def list_parties(session: SessionDep) -> list[PartyRead]:
+    """All registered parties."""
+    return [_read(p) for p in registry.list_parties(session=session)]
+
+
+@router.post("", response_model=PartyRead, status_code=201)
+def register_party(body: PartyCreate, session: SessionDep) -> PartyRead:
+    """Register a party."""
+    return _read(registry.register(session=session, **body.model_dump()))
+
+
+@router.get("/{party_id}", response_model=PartyRead)
+def get_party(party_id: str, session: SessionDep) -> PartyRead:
+    """One party."""
+    return _read(registry.get(session=session, party_id=party_id))
+
+
+@router.patch("/{party_id}", response_model=PartyRead)
+def update_party(party_id: str, body: PartyUpdate, session: SessionDep) -> PartyRead:
+    """Change a party's URL, credential, role or enabled flag."""
+    return _read(registry.update(session=session, party_id=party_id, **body.model_dump(exclude_unset=True)))
+
+
+@router.delete("/{party_id}", status_code=204)
+def remove_party(party_id: str, session: SessionDep) -> Response:
+    """Remove a party from the registry."""
+    registry.remove(session=session, party_id=party_id)
+    return Response(status_code=204)

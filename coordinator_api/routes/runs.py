@@ -1,0 +1,104 @@
+"""Training runs (admin): create (202), status with per-round metrics and traffic, cancel."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, ConfigDict, Field
+
+from coordinator_api.deps import ManagerDep, SessionDep, require_admin
+from coordinator_api.errors import ERROR_RESPONSES
+from services.coordinator import runs
+from services.db.coordinator_tables import RoundRow, RunRow
+
+router = APIRouter(prefix="/v1/runs", tags=["runs"], dependencies=[Depends(require_admin)],
+                   responses=ERROR_RESPONSES)
+
+
+class TrainingRunCreate(BaseModel):
+    """A run: how many rounds, the min_parties policy, the seed and engine settings (TrainConfig fields)."""
+
+    model_config = ConfigDict(extra="forbid")
+    rounds: int = Field(default=20, ge=1, le=100_000)
+    min_parties: int = Field(default=2, ge=1, le=1000)
+    seed: int = Field(default=0, ge=0, le=2**31 - 1)
+    party_ids: list[str] | None = Field(default=None, min_length=1)
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class RoundRead(BaseModel):
+    """A completed round."""
+
+    round_index: int
+    participants: list[str]
+    failures: dict[str, str]
+    metrics: dict[str, float]
+    bytes_sent: dict[str, int]
+    bytes_received: dict[str, int]
+    seconds: float
+
+
+class TrainingRunRead(BaseModel):
+    """A run's status: state, current round, per-round metrics, bytes sent/received per party."""
+
+    run_id: str
+    state: str
+    detail: str
+    rounds_total: int
+    rounds_done: int
+    current_round: int
+    min_parties: int
+    seed: int
+    party_ids: list[str]
+    n_users: int | None
+    config: dict[str, Any]
+    bytes_sent: dict[str, int]
+    bytes_received: dict[str, int]
+    rounds: list[RoundRead]
+    created_at: datetime
+    updated_at: datetime
+
+
+def _read(run: RunRow, rounds: list[RoundRow]) -> TrainingRunRead:
+    return TrainingRunRead(
+        run_id=run.run_id, state=run.state, detail=run.detail, rounds_total=run.rounds_total,
+        rounds_done=run.rounds_done, current_round=min(run.rounds_done, run.rounds_total - 1),
+        min_parties=run.min_parties, seed=run.seed, party_ids=run.party_ids, n_users=run.n_users,
+        config=run.config, bytes_sent=run.bytes_sent, bytes_received=run.bytes_received,
+        rounds=[RoundRead(round_index=r.round_index, participants=r.participants, failures=r.failures,
+                          metrics=r.metrics, bytes_sent=r.bytes_sent, bytes_received=r.bytes_received,
+                          seconds=r.seconds) for r in rounds],
+        created_at=run.created_at, updated_at=run.updated_at,
+    )
+
+
+@router.post("", response_model=TrainingRunRead, status_code=202)
+def create_run(body: TrainingRunCreate, session: SessionDep, manager: ManagerDep) -> TrainingRunRead:
+    """Create a run and start it in the background (409 while another run is active)."""
+    manager.validate_config(body.config)
+    run = runs.create(session=session, rounds=body.rounds, min_parties=body.min_parties, seed=body.seed,
+                      config=body.config, party_ids=body.party_ids)
+    manager.submit(run.run_id)
+    return _read(run, [])
+
+
+@router.get("", response_model=list[TrainingRunRead])
+def list_runs(session: SessionDep) -> list[TrainingRunRead]:
+    """All runs, newest first (without per-round history)."""
+    return [_read(r, []) for r in runs.list_runs(session=session)]
+
+
+@router.get("/{run_id}", response_model=TrainingRunRead)
+def get_run(run_id: str, session: SessionDep) -> TrainingRunRead:
+    """Status of one run."""
+    run = runs.get(session=session, run_id=run_id)
+    return _read(run, runs.rounds_of(session=session, run_id=run_id))
+
+
+@router.post("/{run_id}/cancel", response_model=TrainingRunRead, status_code=202)
+def cancel_run(run_id: str, session: SessionDep) -> TrainingRunRead:
+    """Cancel a run; it stops after its current step."""
+    run = runs.cancel(session=session, run_id=run_id)
+    return _read(run, runs.rounds_of(session=session, run_id=run_id))

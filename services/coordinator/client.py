@@ -1,0 +1,114 @@
+"""PartyClient: the coordinator's only way to reach a party (httpx, timeouts, retries with backoff, byte counters)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import defaultdict
+from typing import Any
+
+import httpx
+
+from services.coordinator.registry import PartyEndpoint
+from services.errors import PartyUnavailable, ProtocolError
+from services.protocol import PROTOCOL_VERSION
+from services.protocol.federation import FEDERATION_MEDIA_TYPE
+
+PROTOCOL_HEADER = "X-Fedrec-Protocol"
+
+
+class TrafficCounter:
+    """Bytes sent to / received from each party (request and response bodies), thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.sent: dict[str, int] = defaultdict(int)
+        self.received: dict[str, int] = defaultdict(int)
+
+    def add(self, party_id: str, *, sent: int, received: int) -> None:
+        """Record one exchange."""
+        with self._lock:
+            self.sent[party_id] += sent
+            self.received[party_id] += received
+
+    def snapshot(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Copies of the two counters."""
+        with self._lock:
+            return dict(self.sent), dict(self.received)
+
+
+class PartyClient:
+    """Calls one party's federation API; transient faults are retried, then raised as PartyUnavailable."""
+
+    def __init__(
+        self, endpoint: PartyEndpoint, *, http: httpx.Client, counter: TrafficCounter,
+        timeout_s: float = 120.0, max_retries: int = 3, backoff_s: float = 0.2,
+    ) -> None:
+        self.endpoint = endpoint
+        self.http = http
+        self.counter = counter
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+
+    @property
+    def party_id(self) -> str:
+        """Id of the party this client talks to."""
+        return self.endpoint.party_id
+
+    def _headers(self, content_type: str) -> dict[str, str]:
+        return {
+            "Authorization": f"Bearer {self.endpoint.token}",
+            PROTOCOL_HEADER: PROTOCOL_VERSION,
+            "Content-Type": content_type,
+        }
+
+    def _send(self, path: str, body: bytes, content_type: str) -> httpx.Response:
+        """POST with retries on connection errors, timeouts and 5xx; 4xx is final (a protocol refusal)."""
+        url = f"{self.endpoint.url}{path}"
+        last: str = ""
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                time.sleep(self.backoff_s * (2 ** (attempt - 1)))
+            try:
+                resp = self.http.post(url, content=body, headers=self._headers(content_type),
+                                      timeout=self.timeout_s)
+            except httpx.TransportError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+                self.counter.add(self.party_id, sent=len(body), received=0)
+                continue
+            self.counter.add(self.party_id, sent=len(body), received=len(resp.content))
+            if resp.status_code >= 500:
+                last = f"HTTP {resp.status_code}: {resp.text[:200]}"
+                continue
+            if resp.status_code >= 400:
+                raise ProtocolError(f"party {self.party_id} refused {path}: HTTP {resp.status_code} "
+                                    f"{resp.text[:300]}", extra={"party_id": self.party_id})
+            return resp
+        raise PartyUnavailable(f"party {self.party_id} unavailable at {path}: {last}",
+                               extra={"party_id": self.party_id})
+
+    def post_json(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """POST a JSON body, return the JSON answer."""
+        resp = self._send(path, json.dumps(payload).encode(), "application/json")
+        return dict(resp.json()) if resp.content else {}
+
+    def post_bytes(self, path: str, body: bytes = b"") -> bytes:
+        """POST a binary body, return the binary answer."""
+        return self._send(path, body, FEDERATION_MEDIA_TYPE).content
+
+    def get_json(self, path: str, *, params: dict[str, Any] | None = None,
+                 headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+        """GET (used by serving fan-out); returns status and JSON without raising on 4xx."""
+        try:
+            resp = self.http.get(f"{self.endpoint.url}{path}", params=params, headers=headers,
+                                 timeout=self.timeout_s)
+        except httpx.TransportError as exc:
+            raise PartyUnavailable(f"party {self.party_id} unavailable: {exc}",
+                                   extra={"party_id": self.party_id}) from exc
+        self.counter.add(self.party_id, sent=0, received=len(resp.content))
+        if resp.status_code >= 500:
+            raise PartyUnavailable(f"party {self.party_id} answered HTTP {resp.status_code}",
+                                   extra={"party_id": self.party_id})
+        return resp.status_code, (resp.json() if resp.content else {})

@@ -1,0 +1,45 @@
+"""Serving fan-out: every enabled party's top-K for a user, merged into one list."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.orm import Session
+
+from services.coordinator import registry
+from services.coordinator.client import PartyClient, TrafficCounter
+from services.coordinator.rounds import fan_out
+from services.errors import NotFound, PartyUnavailable
+
+if TYPE_CHECKING:
+    from services.coordinator.runner import RunManager
+
+
+def merged_recommendations(*, session: Session, manager: RunManager, user_id: str, k: int) -> dict[str, Any]:
+    """Top-k over all parties; 404 when no party knows the user, 502 when none could answer."""
+    counter = TrafficCounter()
+    clients = {p.party_id: PartyClient(p, http=manager.http, counter=counter, timeout_s=10.0, max_retries=0)
+               for p in registry.list_parties(session=session) if p.enabled}
+
+    def ask(c: PartyClient) -> tuple[int, dict[str, Any]]:
+        return c.get_json(f"/v1/users/{user_id}/recommendations", params={"k": k},
+                          headers={"Authorization": f"Bearer {c.endpoint.token}"})
+
+    answers, failures = fan_out(manager._pool, clients, ask)
+    items: list[dict[str, Any]] = []
+    unknown = 0
+    for pid, (status, body) in answers.items():
+        if status == 404:
+            unknown += 1
+        elif status == 200:
+            items += [{"party_id": pid, "item_id": it["item_id"], "score": it["score"], "fallback": body["fallback"]}
+                      for it in body["items"]]
+        else:
+            failures[pid] = f"HTTP {status}: {body.get('detail', '')}"
+    if not answers and failures:
+        raise PartyUnavailable(f"no party answered: {failures}")
+    if unknown and unknown == len(answers) and not failures:
+        raise NotFound(f"user {user_id!r} is unknown to every party", extra={"field": "user_id"})
+    # Predicted ratings rank above popularity counts, which are on another scale.
+    items.sort(key=lambda it: (it["fallback"] is not None, -it["score"]))
+    return {"user_id": user_id, "items": items[:k], "unavailable": failures}

@@ -1,0 +1,91 @@
+"""Party registry use cases: register, update, remove, list (changes take effect without a restart)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from services.db.coordinator_tables import PartyRow
+from services.errors import Conflict, NotFound, ValidationFailed
+
+
+@dataclass(frozen=True)
+class PartyEndpoint:
+    """What the runner needs to reach a party (a snapshot, detached from the session)."""
+
+    party_id: str
+    url: str
+    token: str
+    role: str
+    enabled: bool
+
+
+def _snapshot(row: PartyRow) -> PartyEndpoint:
+    return PartyEndpoint(row.party_id, row.url.rstrip("/"), row.token, row.role, row.enabled)
+
+
+def _check_url(url: str) -> None:
+    if not url.startswith(("http://", "https://")):
+        raise ValidationFailed("url must start with http:// or https://", extra={"field": "url"})
+
+
+def register(*, session: Session, party_id: str, url: str, token: str, role: str = "ratings") -> PartyEndpoint:
+    """Add a party; 409 if the id is taken."""
+    _check_url(url)
+    if session.get(PartyRow, party_id) is not None:
+        raise Conflict(f"party {party_id!r} is already registered", extra={"field": "party_id"})
+    row = PartyRow(party_id=party_id, url=url, token=token, role=role, enabled=True)
+    session.add(row)
+    session.commit()
+    return _snapshot(row)
+
+
+def update(
+    *, session: Session, party_id: str, url: str | None = None, token: str | None = None,
+    role: str | None = None, enabled: bool | None = None,
+) -> PartyEndpoint:
+    """Change a party's URL, credential, role or enabled flag; running runs see it on their next call."""
+    row = session.get(PartyRow, party_id)
+    if row is None:
+        raise NotFound(f"party {party_id!r} is not registered", extra={"field": "party_id"})
+    if url is not None:
+        _check_url(url)
+        row.url = url
+    if token is not None:
+        row.token = token
+    if role is not None:
+        row.role = role
+    if enabled is not None:
+        row.enabled = enabled
+    session.commit()
+    return _snapshot(row)
+
+
+def remove(*, session: Session, party_id: str) -> None:
+    """Delete a party from the registry."""
+    row = session.get(PartyRow, party_id)
+    if row is None:
+        raise NotFound(f"party {party_id!r} is not registered", extra={"field": "party_id"})
+    session.delete(row)
+    session.commit()
+
+
+def get(*, session: Session, party_id: str) -> PartyEndpoint:
+    """One party."""
+    row = session.get(PartyRow, party_id)
+    if row is None:
+        raise NotFound(f"party {party_id!r} is not registered", extra={"field": "party_id"})
+    return _snapshot(row)
+
+
+def list_parties(*, session: Session) -> list[PartyEndpoint]:
+    """All parties, ordered by id."""
+    return [_snapshot(r) for r in session.scalars(select(PartyRow).order_by(PartyRow.party_id))]
+
+
+def endpoints(*, session: Session, party_ids: list[str]) -> dict[str, PartyEndpoint]:
+    """Current endpoints of the given parties that are still registered (read fresh each round)."""
+    rows = session.scalars(select(PartyRow).where(PartyRow.party_id.in_(party_ids)))
+    return {r.party_id: _snapshot(r) for r in rows}

@@ -1,0 +1,265 @@
+"""Background execution of training runs: align → configure → rounds (with pause/resume) → publish."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import httpx
+from pydantic import ValidationError
+from sqlalchemy.orm import Session, sessionmaker
+
+from services.config import CoordinatorSettings
+from services.coordinator import registry, runs
+from services.coordinator.client import PartyClient, TrafficCounter
+from services.coordinator.psi import align_users
+from services.coordinator.rounds import fan_out, run_round
+from services.coordinator.training import CoordinatorTrainer
+from services.errors import DomainError, PartyUnavailable, ValidationFailed
+from services.party.federation import TORCH_INIT_LOCK
+from services.party.state_codec import dump_state, load_state
+from services.protocol.messages import ConfigureRequest, ConfigureResponse, StartRequest
+from services.protocol.training import SPLITS, RoundMetrics, TrainConfig
+
+log = logging.getLogger("fedrec.coordinator")
+
+
+class Cancelled(Exception):
+    """The run was cancelled or the coordinator is shutting down."""
+
+
+def train_config(config: dict[str, Any], *, seed: int, rounds: int) -> TrainConfig:
+    """The engine config of a run (the run's seed and rounds win); 422 naming the field if invalid."""
+    try:
+        return TrainConfig(**{**config, "seed": seed, "rounds": rounds})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ValidationFailed(f"invalid config: {err['msg']}",
+                               extra={"field": "config." + ".".join(str(x) for x in err["loc"])}) from exc
+
+
+def metrics_row(m: RoundMetrics) -> dict[str, float]:
+    """Flat, JSON-safe metrics of one round (NaN dropped)."""
+    row: dict[str, float] = {"loss": m.loss, "upload_bytes": float(m.upload_bytes),
+                             "upload_nonzeros": float(m.upload_nonzeros), "participants": float(len(m.participants))}
+    for split in SPLITS:
+        row[f"{split}_rmse"], row[f"{split}_mae"] = m.rmse.get(split, math.nan), m.mae.get(split, math.nan)
+    for party, figures in m.per_party.items():
+        for split in ("valid", "test"):
+            row[f"{party}.{split}_rmse"] = figures.get(f"{split}_rmse", math.nan)
+    return {k: float(v) for k, v in row.items() if math.isfinite(v)}
+
+
+class RunManager:
+    """Owns the worker thread that executes runs, one at a time; resumes unfinished runs on start."""
+
+    def __init__(self, *, sessions: sessionmaker[Session], settings: CoordinatorSettings,
+                 http: httpx.Client | None = None) -> None:
+        self.sessions = sessions
+        self.settings = settings
+        self.http = http or httpx.Client(limits=httpx.Limits(max_connections=64))
+        self.stopping = threading.Event()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedrec-run")
+        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="fedrec-fanout")
+        self.futures: dict[str, Future[None]] = {}
+
+    def validate_config(self, config: dict[str, Any]) -> None:
+        """Refuse an engine config the parties would refuse."""
+        train_config(config, seed=0, rounds=1)
+
+    def submit(self, run_id: str) -> None:
+        """Queue a run for execution."""
+        self.futures[run_id] = self._executor.submit(self._execute, run_id)
+
+    def resume_all(self) -> list[str]:
+        """Queue every run a previous coordinator process left unfinished."""
+        with self.sessions() as session:
+            ids = runs.resumable(session=session)
+        for run_id in ids:
+            self.submit(run_id)
+        return ids
+
+    def shutdown(self) -> None:
+        """Stop after the current step; runs stay resumable."""
+        self.stopping.set()
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        self._pool.shutdown(wait=True)
+        self.http.close()
+
+    # ---- execution ---------------------------------------------------------------------------
+    def _clients(self, party_ids: list[str], counter: TrafficCounter) -> dict[str, PartyClient]:
+        """Fresh endpoints from the registry (so URL/credential changes apply from the next call)."""
+        with self.sessions() as session:
+            eps = registry.endpoints(session=session, party_ids=party_ids)
+        s = self.settings
+        return {p: PartyClient(e, http=self.http, counter=counter, timeout_s=s.request_timeout_s,
+                               max_retries=s.max_retries, backoff_s=s.retry_backoff_s)
+                for p, e in sorted(eps.items()) if e.enabled}
+
+    def _check(self, run_id: str) -> None:
+        if self.stopping.is_set():
+            raise Cancelled("coordinator shutting down")
+        with self.sessions() as session:
+            if runs.get(session=session, run_id=run_id).cancel_requested:
+                raise Cancelled("cancelled by admin")
+
+    def _set(self, run_id: str, state: str, detail: str, **fields: Any) -> None:
+        with self.sessions() as session:
+            runs.set_state(session=session, run_id=run_id, state=state, detail=detail, **fields)
+
+    def _wait(self, run_id: str, state: str, detail: str) -> None:
+        """Pause with a clear status, then let the caller retry."""
+        self._set(run_id, state, detail)
+        log.warning("run %s %s: %s", run_id, state, detail)
+        if self.stopping.wait(self.settings.pause_poll_s):
+            raise Cancelled("coordinator shutting down")
+        self._check(run_id)
+
+    def _execute(self, run_id: str) -> None:
+        try:
+            self._run(run_id)
+        except Cancelled as exc:
+            if not self.stopping.is_set():
+                self._set(run_id, runs.CANCELLED, str(exc))
+        except DomainError as exc:
+            log.exception("run %s failed", run_id)
+            self._set(run_id, runs.FAILED, f"{exc.code}: {exc.detail}")
+        except Exception as exc:
+            log.exception("run %s crashed", run_id)
+            self._set(run_id, runs.FAILED, f"internal error: {type(exc).__name__}: {exc}")
+
+    def _run(self, run_id: str) -> None:
+        with self.sessions() as session:
+            run = runs.get(session=session, run_id=run_id)
+        config = train_config(run.config, seed=run.seed, rounds=run.rounds_total)
+        counter = TrafficCounter()
+        n_users = run.n_users if run.n_users is not None else self._align(run_id, run.party_ids, counter)
+        coord = self._prepare(run_id, run.party_ids, config, n_users, counter)
+        self._flush(run_id, counter)
+        self._rounds(run_id, coord)
+        self._publish(run_id, run.party_ids, counter)
+
+    def _flush(self, run_id: str, counter: TrafficCounter) -> None:
+        sent, received = counter.snapshot()
+        with self.sessions() as session:
+            runs.add_traffic(session=session, run_id=run_id, sent=sent, received=received)
+        counter.sent.clear()
+        counter.received.clear()
+
+    def _align(self, run_id: str, party_ids: list[str], counter: TrafficCounter) -> int:
+        """PSI over every party of the run (all must answer; the run waits for them)."""
+        while True:
+            self._check(run_id)
+            clients = self._clients(party_ids, counter)
+            missing = sorted(set(party_ids) - set(clients))
+            if not missing:
+                self._set(run_id, runs.ALIGNING, "aligning users by private set intersection")
+                try:
+                    n_users = align_users(clients=clients, run_id=run_id)
+                except PartyUnavailable as exc:
+                    self._wait(run_id, runs.PAUSED, f"alignment waits for a party: {exc.detail}")
+                    continue
+                self._set(run_id, runs.ALIGNING, f"{n_users} common users", n_users=n_users)
+                return n_users
+            self._wait(run_id, runs.PAUSED, f"alignment waits for disabled/unregistered parties {missing}")
+
+    def _prepare(self, run_id: str, party_ids: list[str], config: TrainConfig, n_users: int,
+                 counter: TrafficCounter) -> CoordinatorTrainer:
+        """Configure + start every party, build the public model, restore the newest checkpoint."""
+        request = ConfigureRequest(run_id=run_id, config=config.model_dump(exclude={"seed", "rounds"}), seed=config.seed)
+        while True:
+            self._check(run_id)
+            clients = self._clients(party_ids, counter)
+            answers, failures = fan_out(self._pool, clients, lambda c: ConfigureResponse(**c.post_json(
+                f"/v1/federation/runs/{run_id}/configure", request.model_dump())))
+            failures.update({p: "not registered or disabled" for p in set(party_ids) - set(clients)})
+            if failures:
+                self._wait(run_id, runs.PAUSED, f"configuration waits for parties: {failures}")
+                continue
+            counts = {p: a.n_items for p, a in answers.items()}
+            n = sum(a.train_count for a in answers.values())
+            mean = sum(a.train_sum for a in answers.values()) / max(1, n)
+            start = StartRequest(total_items=max(1, sum(counts.values())), item_counts=counts, global_mean=mean)
+            body = start.model_dump()
+            _, failures = fan_out(self._pool, clients, lambda c, body=body: c.post_json(
+                f"/v1/federation/runs/{run_id}/start", body))
+            if failures:
+                self._wait(run_id, runs.PAUSED, f"start waits for parties: {failures}")
+                continue
+            break
+        with TORCH_INIT_LOCK:
+            coord = CoordinatorTrainer(config=config, n_users=n_users, item_counts=counts, global_mean=mean)
+        with self.sessions() as session:
+            ckpt = runs.latest_checkpoint(session=session, run_id=run_id)
+        if ckpt is not None:
+            coord.load_state_dict(load_state(ckpt[1]))
+        return coord
+
+    def _rounds(self, run_id: str, coord: CoordinatorTrainer) -> None:
+        """Rounds from the last completed one; below min_parties the run pauses and retries the round."""
+        attempt = 0
+        while True:
+            with self.sessions() as session:
+                run = runs.get(session=session, run_id=run_id)
+                history = runs.rounds_of(session=session, run_id=run_id)
+            t = run.rounds_done
+            if t >= run.rounds_total or self._stalled(history, coord.config.patience):
+                return
+            self._check(run_id)
+            counter = TrafficCounter()
+            clients = self._clients(run.party_ids, counter)
+            started = time.monotonic()
+            if len(clients) < run.min_parties:
+                self._wait(run_id, runs.PAUSED, f"round {t}: only {sorted(clients)} enabled, "
+                           f"min_parties={run.min_parties}")
+                continue
+            outcome = run_round(coord=coord, clients=clients, pool=self._pool, run_id=run_id, round_index=t,
+                                attempt=attempt, min_parties=run.min_parties)
+            sent, received = counter.snapshot()
+            if outcome.metrics is None:
+                attempt += 1
+                with self.sessions() as session:
+                    runs.add_traffic(session=session, run_id=run_id, sent=sent, received=received)
+                self._wait(run_id, runs.PAUSED, f"round {t}: {len(outcome.participants)} parties answered, "
+                           f"min_parties={run.min_parties}; failures: {outcome.failures}")
+                continue
+            row = metrics_row(outcome.metrics)
+            record = runs.RoundRecord(t, outcome.participants, outcome.failures, row, sent, received,
+                                      time.monotonic() - started)
+            with self.sessions() as session:
+                runs.record_round(session=session, run_id=run_id, record=record,
+                                  checkpoint=dump_state(coord.state_dict()))
+                runs.set_state(session=session, run_id=run_id, state=runs.RUNNING,
+                               detail=f"round {t + 1}/{run.rounds_total} done; test RMSE "
+                                      f"{row.get('test_rmse', math.nan):.4f}")
+            attempt = 0
+
+    @staticmethod
+    def _stalled(history: list[Any], patience: int) -> bool:
+        """Early stopping: `patience` rounds without a better validation RMSE (as the harness does)."""
+        valid = [(r.metrics["valid_rmse"], r.round_index) for r in history if "valid_rmse" in r.metrics]
+        return bool(valid) and valid[-1][1] - min(valid)[1] >= patience
+
+    def _publish(self, run_id: str, party_ids: list[str], counter: TrafficCounter) -> None:
+        """Ask every party to store its serving model; a party that cannot is named in the detail."""
+        with self.sessions() as session:
+            run = runs.get(session=session, run_id=run_id)
+            history = runs.rounds_of(session=session, run_id=run_id)
+        last = run.rounds_done - 1
+        clients = self._clients(party_ids, counter)
+        _, failures = fan_out(self._pool, clients, lambda c: c.post_json(
+            f"/v1/federation/runs/{run_id}/publish", {"round_index": last}))
+        self._flush(run_id, counter)
+        test = history[-1].metrics.get("test_rmse", math.nan) if history else math.nan
+        detail = f"completed {run.rounds_done} rounds; " + (
+            f"final test RMSE {test:.4f}" if math.isfinite(test)
+            else "no test ratings labelled at the parties (PUT /v1/evaluation-split)")
+        if run.rounds_done < run.rounds_total:
+            detail += " (stopped early: no validation improvement)"
+        if failures:
+            detail += f"; serving model not published at {sorted(failures)}"
+        self._set(run_id, runs.COMPLETED, detail)

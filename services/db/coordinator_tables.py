@@ -1,0 +1,79 @@
+"""Coordinator database tables: party registry, training runs, rounds, public-parameter checkpoints."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, ForeignKey, Integer, LargeBinary, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from services.db.base import CoordinatorBase
+
+
+def utcnow() -> datetime:
+    """Timezone-aware now, for column defaults."""
+    return datetime.now(UTC)
+
+
+class PartyRow(CoordinatorBase):
+    """A registered party: where to reach it and the credential to present."""
+
+    __tablename__ = "parties"
+
+    party_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    url: Mapped[str] = mapped_column(String(512))
+    token: Mapped[str] = mapped_column(String(512))
+    role: Mapped[str] = mapped_column(String(32), default="ratings")
+    enabled: Mapped[bool] = mapped_column(default=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+
+
+class RunRow(CoordinatorBase):
+    """A training run and its lifecycle state."""
+
+    __tablename__ = "runs"
+
+    run_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    state: Mapped[str] = mapped_column(String(32), index=True)
+    detail: Mapped[str] = mapped_column(Text, default="")
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    party_ids: Mapped[list[str]] = mapped_column(JSON)
+    rounds_total: Mapped[int] = mapped_column(Integer)
+    rounds_done: Mapped[int] = mapped_column(Integer, default=0)
+    min_parties: Mapped[int] = mapped_column(Integer, default=2)
+    seed: Mapped[int] = mapped_column(Integer, default=0)
+    n_users: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    bytes_sent: Mapped[dict[str, int]] = mapped_column(JSON, default=dict)
+    bytes_received: Mapped[dict[str, int]] = mapped_column(JSON, default=dict)
+    cancel_requested: Mapped[bool] = mapped_column(default=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+
+
+class RoundRow(CoordinatorBase):
+    """One completed round: who took part, who failed, aggregated metrics, traffic."""
+
+    __tablename__ = "rounds"
+
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True)
+    round_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    participants: Mapped[list[str]] = mapped_column(JSON)
+    failures: Mapped[dict[str, str]] = mapped_column(JSON)
+    metrics: Mapped[dict[str, float]] = mapped_column(JSON)
+    bytes_sent: Mapped[dict[str, int]] = mapped_column(JSON)
+    bytes_received: Mapped[dict[str, int]] = mapped_column(JSON)
+    seconds: Mapped[float] = mapped_column(default=0.0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class CheckpointRow(CoordinatorBase):
+    """Public parameters + optimiser state after a completed round (the resume point)."""
+
+    __tablename__ = "checkpoints"
+
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True)
+    round_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    state: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

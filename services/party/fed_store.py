@@ -1,0 +1,120 @@
+"""Party-side persistence for federation: evaluation-split labels, alignments, run settings, trainer snapshots."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
+
+from services.db.party_tables import FederationState, Interaction, Item, ModelArtifact, User
+from services.protocol.federation import pack_tree, unpack_tree
+from services.protocol.training import PartyData, RatingTriples
+
+SPLIT_ARTIFACT = "evaluation_split"
+SPLIT_CODES = {"train": 0, "valid": 1, "test": 2}
+
+
+def put_artifact(*, session: Session, name: str, kind: str, payload: bytes, version: int | None = None,
+                 meta: dict[str, Any] | None = None) -> int:
+    """Store bytes as an artifact version (next version when not given; replaces an equal version)."""
+    if version is None:
+        latest = session.scalar(select(func.max(ModelArtifact.version)).where(ModelArtifact.name == name))
+        version = int(latest or 0) + 1
+    session.execute(delete(ModelArtifact).where(ModelArtifact.name == name, ModelArtifact.version == version))
+    session.add(ModelArtifact(name=name, kind=kind, version=version, payload=payload, meta=meta))
+    session.commit()
+    return version
+
+
+def get_artifact(*, session: Session, name: str, max_version: int | None = None) -> tuple[int, bytes] | None:
+    """Newest (version, payload) of an artifact, optionally at most `max_version`."""
+    stmt = select(ModelArtifact).where(ModelArtifact.name == name)
+    if max_version is not None:
+        stmt = stmt.where(ModelArtifact.version <= max_version)
+    row = session.scalar(stmt.order_by(ModelArtifact.version.desc()).limit(1))
+    return None if row is None or row.payload is None else (row.version, row.payload)
+
+
+def prune_artifact(*, session: Session, name: str, below_version: int) -> None:
+    """Delete versions older than `below_version`."""
+    session.execute(delete(ModelArtifact).where(ModelArtifact.name == name, ModelArtifact.version < below_version))
+    session.commit()
+
+
+def put_state(*, session: Session, key: str, value: Any) -> None:
+    """Upsert one federation-state value (JSON)."""
+    row = session.get(FederationState, key)
+    if row is None:
+        session.add(FederationState(key=key, value=value))
+    else:
+        row.value = value
+    session.commit()
+
+
+def get_state(*, session: Session, key: str) -> Any:
+    """One federation-state value, or None."""
+    row = session.get(FederationState, key)
+    return None if row is None else row.value
+
+
+def set_evaluation_split(*, session: Session, users: list[str], items: list[str], splits: list[str]) -> int:
+    """Label held-out ratings valid/test (unlabelled ratings train); replaces earlier labels."""
+    codes = np.array([SPLIT_CODES[s] for s in splits], dtype=np.int8)
+    payload = pack_tree({"users": np.array(users, dtype=str), "items": np.array(items, dtype=str), "codes": codes})
+    put_artifact(session=session, name=SPLIT_ARTIFACT, kind="evaluation_split", payload=payload)
+    prune_artifact(session=session, name=SPLIT_ARTIFACT,
+                   below_version=get_artifact(session=session, name=SPLIT_ARTIFACT)[0])  # type: ignore[index]
+    return len(splits)
+
+
+def _labels(session: Session) -> dict[tuple[str, str], int]:
+    found = get_artifact(session=session, name=SPLIT_ARTIFACT)
+    if found is None:
+        return {}
+    tree = unpack_tree(found[1])
+    return {(u, i): int(c) for u, i, c in zip(tree["users"].tolist(), tree["items"].tolist(), tree["codes"].tolist())}
+
+
+def all_user_ids(*, session: Session) -> list[str]:
+    """External ids of every user this party knows."""
+    return list(session.scalars(select(User.external_id).order_by(User.external_id)))
+
+
+def all_item_ids(*, session: Session) -> list[str]:
+    """External ids of this party's catalogue, in model order (sorted)."""
+    return list(session.scalars(select(Item.external_id).order_by(Item.external_id)))
+
+
+def load_ratings(*, session: Session) -> tuple[list[str], list[str], np.ndarray, np.ndarray]:
+    """Every rating as (user ids, item ids, ratings, split codes)."""
+    rows = session.execute(select(User.external_id, Item.external_id, Interaction.rating)
+                           .join(User, Interaction.user_id == User.id).join(Item, Interaction.item_id == Item.id))
+    users, items, ratings = [], [], []
+    for u, i, r in rows:
+        users.append(u)
+        items.append(i)
+        ratings.append(r)
+    labels = _labels(session)
+    codes = np.array([labels.get((u, i), 0) for u, i in zip(users, items)], dtype=np.int8)
+    return users, items, np.asarray(ratings, dtype=np.float32), codes
+
+
+def build_party_data(
+    *, party_id: str, user_order: list[str], item_order: list[str], users: list[str], items: list[str],
+    ratings: np.ndarray, codes: np.ndarray, total_items: int, rating_min: float, rating_max: float,
+) -> PartyData:
+    """PartyData over the aligned users (in `user_order`) and own items; ratings of other users are dropped."""
+    uidx = {u: k for k, u in enumerate(user_order)}
+    iidx = {v: k for k, v in enumerate(item_order)}
+    u = np.array([uidx.get(x, -1) for x in users], dtype=np.int64)
+    i = np.array([iidx.get(x, -1) for x in items], dtype=np.int64)
+    keep = (u >= 0) & (i >= 0)
+
+    def part(code: int) -> RatingTriples:
+        m = keep & (codes == code)
+        return RatingTriples(u[m], i[m], np.asarray(ratings, np.float32)[m])
+
+    return PartyData(party_id=party_id, n_users=len(user_order), n_items=len(item_order), total_items=total_items,
+                     train=part(0), valid=part(1), test=part(2), rating_min=rating_min, rating_max=rating_max)

@@ -1,0 +1,298 @@
+"""Party-side federation use cases: PSI steps, one PartyTrainer per run, idempotent step cache, snapshots."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+from sqlalchemy.orm import Session, sessionmaker
+
+from services.crypto.psi import PsiParty
+from services.errors import NotFound, ProtocolError, ValidationFailed
+from services.party import fed_store as store
+from services.party.serving import ServingModel, publish
+from services.party.state_codec import dump_state, load_state
+from services.party.training import PartyTrainer
+from services.protocol.arrays import decode_array, encode_array
+from services.protocol.federation import pack_tree, unpack_tree
+from services.protocol.messages import (
+    ConfigureRequest,
+    ConfigureResponse,
+    StartRequest,
+    StartResponse,
+    decode_points,
+    encode_points,
+    encode_upload,
+)
+from services.protocol.training import PartyData, TrainConfig
+
+KEEP_SNAPSHOTS = 3
+# The engine seeds its initialisers through torch's process-wide RNG (fork_rng + manual_seed), which
+# is not thread-safe: several trainers built at once in one process (tests run every service in
+# threads) would interleave draws. Building them under one lock keeps runs reproducible.
+TORCH_INIT_LOCK = threading.Lock()
+
+
+def _bad(exc: Exception, what: str) -> ValidationFailed:
+    return ValidationFailed(f"malformed {what}: {getattr(exc, 'detail', exc)}", extra={"field": "body"})
+
+
+@dataclass
+class _Run:
+    """In-memory state of one run at this party."""
+
+    run_id: str
+    config: TrainConfig
+    seed: int
+    user_order: list[str]
+    item_order: list[str]
+    data: PartyData | None = None
+    trainer: PartyTrainer | None = None
+    done: int = -1  # last round this party finished (its snapshot exists)
+    current: tuple[int, int] | None = None  # (round, attempt) in progress
+    cache: dict[tuple[int, int, str, int], bytes] = field(default_factory=dict)
+
+
+class FederationService:
+    """Answers the coordinator's federation calls for one party (serialised by a lock)."""
+
+    def __init__(self, *, sessions: sessionmaker[Session], party_id: str, rating_min: float,
+                 rating_max: float) -> None:
+        self.sessions = sessions
+        self.party_id = party_id
+        self.rating_min, self.rating_max = rating_min, rating_max
+        self._lock = threading.RLock()
+        self._psi: dict[str, PsiParty] = {}
+        self._runs: dict[str, _Run] = {}
+
+    # ---- PSI -------------------------------------------------------------------------------
+    def psi_start(self, *, run_id: str) -> bytes:
+        """Draw a PSI secret for the run and return this party's singly-blinded user list."""
+        with self._lock, self.sessions() as session:
+            party = PsiParty.create(store.all_user_ids(session=session))
+            self._psi[run_id] = party
+            return encode_points(party.outgoing())
+
+    def psi_reblind(self, *, run_id: str, body: bytes) -> bytes:
+        """Raise another party's list to this party's secret, order kept."""
+        with self._lock:
+            party = self._psi.get(run_id)
+            if party is None:
+                raise ProtocolError(f"no PSI in progress for run {run_id}")
+            try:
+                points = decode_points(body)
+            except ProtocolError as exc:
+                raise _bad(exc, "PSI points") from exc
+            return encode_points(party.reblind(points))
+
+    def psi_finish(self, *, run_id: str, body: bytes) -> int:
+        """Map the intersection to own ids; store the alignment (users sorted by id at every party)."""
+        with self._lock, self.sessions() as session:
+            party = self._psi.get(run_id)
+            if party is None:
+                raise ProtocolError(f"no PSI in progress for run {run_id}")
+            try:
+                tree = unpack_tree(body)
+                own = [bytes(r) for r in np.asarray(tree["own"], np.uint8).reshape(-1, 32)]
+                common = [bytes(r) for r in np.asarray(tree["intersection"], np.uint8).reshape(-1, 32)]
+            except (ProtocolError, KeyError, ValueError) as exc:
+                raise _bad(exc, "PSI result") from exc
+            # Every party knows the ids of the intersection, so sorting by id is a shared order that
+            # reveals nothing more and keeps runs reproducible (token order changes with the secrets).
+            aligned = sorted(party.align(own, common))
+            store.put_artifact(session=session, name=f"alignment:{run_id}", kind="alignment",
+                               payload=pack_tree({"user_ids": np.array(aligned, dtype=str)}), version=1)
+            del self._psi[run_id]
+            return len(aligned)
+
+    # ---- run lifecycle -----------------------------------------------------------------------
+    def configure(self, *, request: ConfigureRequest) -> ConfigureResponse:
+        """Load this party's data for the aligned users; announce M_p and the training-rating sums."""
+        try:
+            config = TrainConfig(**{**request.config, "seed": request.seed})
+        except ValidationError as exc:
+            raise ValidationFailed(f"invalid training config: {exc.errors()[0]['msg']}",
+                                   extra={"field": "config"}) from exc
+        with self._lock, self.sessions() as session:
+            found = store.get_artifact(session=session, name=f"alignment:{request.run_id}")
+            if found is None:
+                raise ProtocolError(f"run {request.run_id} has no user alignment at this party (run PSI first)")
+            users = [str(u) for u in unpack_tree(found[1])["user_ids"].tolist()]
+            run = _Run(request.run_id, config, request.seed, users, store.all_item_ids(session=session))
+            data = self._load_data(session, run, total_items=1)
+            store.put_state(session=session, key=f"run:{request.run_id}",
+                            value={"config": request.config, "seed": request.seed, "start": None})
+            self._runs[request.run_id] = run
+            return ConfigureResponse(party_id=self.party_id, n_users=len(users), n_items=len(run.item_order),
+                                     train_count=len(data.train), train_sum=float(data.train.ratings.sum()))
+
+    def _load_data(self, session: Session, run: _Run, *, total_items: int) -> PartyData:
+        users, items, ratings, codes = store.load_ratings(session=session)
+        run.data = store.build_party_data(
+            party_id=self.party_id, user_order=run.user_order, item_order=run.item_order, users=users,
+            items=items, ratings=ratings, codes=codes, total_items=total_items,
+            rating_min=self.rating_min, rating_max=self.rating_max)
+        return run.data
+
+    def start(self, *, run_id: str, request: StartRequest) -> StartResponse:
+        """Build the trainer with the public totals; restore the newest snapshot if one exists."""
+        with self._lock, self.sessions() as session:
+            run = self._runs.get(run_id)
+            if run is None:
+                raise ProtocolError(f"run {run_id} is not configured at this party")
+            if request.item_counts.get(self.party_id) != len(run.item_order):
+                raise ProtocolError("item_counts does not match this party's catalogue size")
+            value = store.get_state(session=session, key=f"run:{run_id}") or {}
+            value["start"] = request.model_dump()
+            store.put_state(session=session, key=f"run:{run_id}", value=value)
+            self._build_trainer(session, run, request)
+            return StartResponse(party_id=self.party_id, restored_round=run.done)
+
+    def _build_trainer(self, session: Session, run: _Run, request: StartRequest) -> None:
+        data = self._load_data(session, run, total_items=request.total_items)
+        with TORCH_INIT_LOCK:
+            run.trainer = PartyTrainer(config=run.config, data=data, seed=run.seed)
+        snap = store.get_artifact(session=session, name=f"trainer:{run.run_id}")
+        if snap is None:
+            self._snapshot(session, run, round_index=-1)
+        else:
+            run.trainer.load_state_dict(load_state(snap[1]))
+            run.done = snap[0] - 2
+        run.current, run.cache = None, {}
+
+    def _snapshot(self, session: Session, run: _Run, *, round_index: int) -> None:
+        """Persist the trainer after a finished round (version = round + 2, so the initial state is 1)."""
+        assert run.trainer is not None
+        version = round_index + 2
+        store.put_artifact(session=session, name=f"trainer:{run.run_id}", kind="trainer_state",
+                           payload=dump_state(run.trainer.state_dict()), version=version)
+        store.prune_artifact(session=session, name=f"trainer:{run.run_id}", below_version=version - KEEP_SNAPSHOTS + 1)
+        run.done = round_index
+
+    def _run(self, session: Session, run_id: str) -> _Run:
+        """The run, rebuilt from the database after a restart of this party."""
+        run = self._runs.get(run_id)
+        if run is not None and run.trainer is not None:
+            return run
+        value = store.get_state(session=session, key=f"run:{run_id}")
+        found = store.get_artifact(session=session, name=f"alignment:{run_id}")
+        if not value or not value.get("start") or found is None:
+            raise NotFound(f"run {run_id} is not known at this party", extra={"field": "run_id"})
+        users = [str(u) for u in unpack_tree(found[1])["user_ids"].tolist()]
+        config = TrainConfig(**{**value["config"], "seed": value["seed"]})
+        run = _Run(run_id, config, int(value["seed"]), users, store.all_item_ids(session=session))
+        self._build_trainer(session, run, StartRequest(**value["start"]))
+        self._runs[run_id] = run
+        return run
+
+    # ---- round steps (each answer cached per (round, attempt, step, layer)) --------------------
+    def _in_progress(self, run: _Run, round_index: int, attempt: int) -> PartyTrainer:
+        if run.current != (round_index, attempt) or run.trainer is None:
+            raise ProtocolError(f"round {round_index} attempt {attempt} is not in progress at {self.party_id} "
+                                f"(current {run.current}, last finished {run.done})",
+                                extra={"field": "round_index"})
+        return run.trainer
+
+    def begin(self, *, run_id: str, round_index: int, attempt: int, body: bytes) -> bool:
+        """Receive the public parameters and start the round; returns True when answered from cache."""
+        with self._lock, self.sessions() as session:
+            run = self._run(session, run_id)
+            key = (round_index, attempt, "begin", -1)
+            if run.current == (round_index, attempt) and key in run.cache:
+                return True
+            if round_index < run.done:
+                raise ProtocolError(f"stale round {round_index}: this party already finished round {run.done}",
+                                    extra={"field": "round_index"})
+            assert run.trainer is not None
+            public = self._decode_public(body, run.trainer)
+            if run.done >= round_index:  # a retried round: go back to the state before it
+                snap = store.get_artifact(session=session, name=f"trainer:{run_id}", max_version=round_index + 1)
+                if snap is None:
+                    raise ProtocolError(f"no snapshot before round {round_index} to retry from")
+                run.trainer.load_state_dict(load_state(snap[1]))
+                run.done = snap[0] - 2
+            run.trainer.begin_round(round_index=round_index, public=public)
+            run.current, run.cache = (round_index, attempt), {key: b""}
+            return False
+
+    @staticmethod
+    def _decode_public(body: bytes, trainer: PartyTrainer) -> dict[str, np.ndarray]:
+        """Public parameters must have exactly the model's names, shapes and float32 dtype."""
+        try:
+            public = unpack_tree(body)
+        except ProtocolError as exc:
+            raise _bad(exc, "public parameters") from exc
+        expected = trainer.public.arrays()
+        if not isinstance(public, dict) or set(public) != set(expected):
+            raise ValidationFailed("public parameters must be exactly " + ", ".join(sorted(expected)),
+                                   extra={"field": "body"})
+        for name, arr in public.items():
+            if not isinstance(arr, np.ndarray) or arr.shape != expected[name].shape or arr.dtype != np.float32:
+                raise ValidationFailed(f"public parameter {name} must be float32 {expected[name].shape}",
+                                       extra={"field": name})
+        return public
+
+    def projection(self, *, run_id: str, round_index: int, attempt: int, layer: int) -> bytes:
+        """Y_p^k = Φ X_p^k as npy bytes."""
+        with self._lock, self.sessions() as session:
+            run = self._run(session, run_id)
+            key = (round_index, attempt, "projection", layer)
+            if key in run.cache:
+                return run.cache[key]
+            trainer = self._in_progress(run, round_index, attempt)
+            out = encode_array(trainer.layer_projection(layer=layer))
+            run.cache[key] = out
+            return out
+
+    def others(self, *, run_id: str, round_index: int, attempt: int, layer: int, body: bytes) -> bool:
+        """Take the relayed sum of the other parties' projections for a layer; True when cached."""
+        with self._lock, self.sessions() as session:
+            run = self._run(session, run_id)
+            key = (round_index, attempt, "others", layer)
+            if key in run.cache:
+                return True
+            trainer = self._in_progress(run, round_index, attempt)
+            own = run.cache.get((round_index, attempt, "projection", layer))
+            if own is None:
+                raise ProtocolError(f"layer {layer}: projection not requested yet", extra={"field": "layer"})
+            shape = decode_array(own).shape
+            try:
+                others = decode_array(body, dtype=np.float32, shape=shape)
+            except ProtocolError as exc:
+                raise _bad(exc, "projection sum") from exc
+            trainer.receive_projection_sum(layer=layer, others=others)
+            run.cache[key] = b""
+            return False
+
+    def finish(self, *, run_id: str, round_index: int, attempt: int) -> bytes:
+        """Loss, private step, protected gradients; the state is persisted before answering."""
+        with self._lock, self.sessions() as session:
+            run = self._run(session, run_id)
+            key = (round_index, attempt, "finish", -1)
+            if key in run.cache:
+                return run.cache[key]
+            trainer = self._in_progress(run, round_index, attempt)
+            out = encode_upload(trainer.finish_round())
+            self._snapshot(session, run, round_index=round_index)
+            run.cache[key] = out
+            return out
+
+    def publish(self, *, run_id: str, round_index: int) -> int:
+        """Store the latest completed forward as the serving model; returns its version."""
+        with self._lock, self.sessions() as session:
+            run = self._run(session, run_id)
+            assert run.trainer is not None
+            sm: dict[str, Any] = run.trainer.serving_model()
+            n, m = len(run.user_order), len(run.item_order)
+            model = ServingModel(
+                run_id=run_id, round_index=round_index, user_ids=np.array(run.user_order, dtype=str),
+                item_ids=np.array(run.item_order, dtype=str),
+                h_u=np.asarray(sm["user_repr"], np.float32), h_v=np.asarray(sm["item_repr"], np.float32),
+                user_bias=np.asarray(sm.get("user_bias", np.zeros(n)), np.float32).reshape(n),
+                item_bias=np.asarray(sm.get("item_bias", np.zeros(m)), np.float32).reshape(m),
+                global_bias=float(np.asarray(sm.get("global_bias", 0.0)).reshape(-1)[0]),
+                rating_min=self.rating_min, rating_max=self.rating_max)
+            return publish(session=session, model=model)

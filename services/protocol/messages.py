@@ -1,0 +1,114 @@
+"""Federation messages: JSON control messages (pydantic) and binary encodings of the engine's round messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from services.crypto.quantization import TernaryUpload, decode_ternary, encode_ternary
+from services.errors import ProtocolError
+from services.protocol.federation import pack_tree, unpack_tree
+from services.protocol.training import GradientUpload, MetricSums, QuantizedArray
+
+PSI_POINT_BYTES = 32
+
+
+class _Msg(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PsiStartResponse(_Msg):
+    """How many blinded points the party sent (the points travel as binary)."""
+
+    count: int
+
+
+class ConfigureRequest(_Msg):
+    """Open a run at a party: engine config and seed (after PSI)."""
+
+    run_id: str = Field(min_length=1, max_length=64)
+    config: dict[str, Any]
+    seed: int
+
+
+class ConfigureResponse(_Msg):
+    """Public facts a party announces: its item count (M_p) and rating sums for the global mean."""
+
+    party_id: str
+    n_users: int
+    n_items: int
+    train_count: int
+    train_sum: float
+
+
+class StartRequest(_Msg):
+    """Everything public the trainer needs: Σ_i M_i, the per-party item counts, the global mean."""
+
+    total_items: int = Field(ge=1)
+    item_counts: dict[str, int]
+    global_mean: float
+
+
+class StartResponse(_Msg):
+    """Where the party's trainer stands (restored snapshot round, -1 if fresh)."""
+
+    party_id: str
+    restored_round: int
+
+
+class AckResponse(_Msg):
+    """A step was accepted."""
+
+    ok: bool = True
+    cached: bool = False
+
+
+def encode_upload(upload: GradientUpload) -> bytes:
+    """GradientUpload → bytes: ternary-encoded sparse gradients, dense npy arrays, metric sums."""
+    quantized = {}
+    for name, q in upload.quantized.items():
+        order = np.argsort(q.indices, kind="stable")
+        tern = TernaryUpload(shape=tuple(q.shape), r=float(q.r), indices=np.asarray(q.indices, np.int64)[order],
+                             signs=np.asarray(q.signs, np.int8)[order])
+        quantized[name] = np.frombuffer(encode_ternary(tern), dtype=np.uint8)
+    metrics = {k: np.asarray([m.sse, m.sae, m.count], dtype=np.float64) for k, m in upload.metrics.items()}
+    return pack_tree({"party_id": upload.party_id, "round_index": upload.round_index, "loss": float(upload.loss),
+                      "quantized": quantized, "dense": dict(upload.dense), "metrics": metrics})
+
+
+def decode_upload(data: bytes, *, party_id: str, round_index: int) -> GradientUpload:
+    """Parse an upload and check it belongs to the expected party and round."""
+    tree = unpack_tree(data)
+    try:
+        if tree["party_id"] != party_id or int(tree["round_index"]) != round_index:
+            raise ProtocolError(f"upload is for {tree['party_id']}/round {tree['round_index']}, "
+                                f"expected {party_id}/round {round_index}")
+        quantized = {}
+        for name, raw in tree["quantized"].items():
+            t = decode_ternary(np.asarray(raw, np.uint8).tobytes())
+            quantized[name] = QuantizedArray(shape=t.shape, r=t.r, indices=t.indices, signs=t.signs)
+        metrics = {k: MetricSums(sse=float(v[0]), sae=float(v[1]), count=int(v[2]))
+                   for k, v in tree["metrics"].items()}
+        return GradientUpload(party_id=party_id, round_index=round_index, loss=float(tree["loss"]),
+                              quantized=quantized, dense=dict(tree["dense"]), metrics=metrics)
+    except (KeyError, TypeError, IndexError, AttributeError) as exc:
+        raise ProtocolError(f"malformed gradient upload: {exc!r}") from exc
+
+
+def encode_points(points: list[bytes]) -> bytes:
+    """Concatenate fixed-size curve points."""
+    if any(len(p) != PSI_POINT_BYTES for p in points):
+        raise ProtocolError("every PSI point must be 32 bytes")
+    return b"".join(points)
+
+
+def decode_points(data: bytes, *, max_count: int = 50_000_000) -> list[bytes]:
+    """Split concatenated 32-byte points."""
+    if len(data) % PSI_POINT_BYTES:
+        raise ProtocolError(f"PSI payload of {len(data)} bytes is not a multiple of {PSI_POINT_BYTES}")
+    n = len(data) // PSI_POINT_BYTES
+    if n > max_count:
+        raise ProtocolError(f"too many PSI points ({n})")
+    return [data[i * PSI_POINT_BYTES:(i + 1) * PSI_POINT_BYTES] for i in range(n)]

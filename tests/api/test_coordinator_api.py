@@ -1,0 +1,102 @@
+"""Coordinator API over real HTTP: registry, runs (create/status/pause/cancel), auth and bad input."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from cli.localfed import ADMIN, free_port
+from coordinator_api.main import create_app
+from services.db.session import upgrade
+from tests.support.federation import TINY_CONFIG, coordinator_settings, federation
+from tests.support.servers import live_server
+
+AUTH = {"Authorization": f"Bearer {ADMIN}"}
+
+
+@pytest.fixture
+def coord(tmp_path: Path) -> Iterator[httpx.Client]:
+    """A live coordinator with its own migrated SQLite database and no parties."""
+    url = f"sqlite:///{tmp_path / 'coordinator.db'}"
+    upgrade(url, environment="coordinator")
+    with (live_server(create_app(coordinator_settings(url, max_retries=0))) as server,
+          httpx.Client(base_url=server.url, headers=AUTH, timeout=30) as client):
+        yield client
+
+
+def _dead_url() -> str:
+    return f"http://127.0.0.1:{free_port()}"  # nothing listens there
+
+
+def test_health_and_auth(coord: httpx.Client) -> None:
+    assert coord.get("/health").json()["status"] == "ok"
+    assert coord.get("/v1/parties", headers={"Authorization": ""}).status_code == 401
+    resp = coord.get("/v1/runs", headers={"Authorization": "Bearer nope"})
+    assert resp.status_code == 401 and "admin" in resp.json()["detail"]
+
+
+def test_party_registry_crud_and_bad_input(coord: httpx.Client) -> None:
+    created = coord.post("/v1/parties", json={"party_id": "a", "url": "http://127.0.0.1:1", "token": "secret"})
+    assert created.status_code == 201 and "token" not in created.json()
+    dup = coord.post("/v1/parties", json={"party_id": "a", "url": "http://127.0.0.1:2", "token": "t"})
+    assert dup.status_code == 409 and dup.json()["field"] == "party_id"
+    bad = coord.post("/v1/parties", json={"party_id": "b", "url": "ftp://host/x", "token": "t"})
+    assert bad.status_code == 422 and bad.json()["field"] == "url"
+    spaced = coord.post("/v1/parties", json={"party_id": "b c", "url": "http://x:1", "token": "t"})
+    assert spaced.status_code == 422 and spaced.json()["field"] == "party_id"
+    assert coord.post("/v1/parties", json={"party_id": "b", "url": "http://x:1", "token": "t", "x": 1}).status_code == 422
+    patched = coord.patch("/v1/parties/a", json={"url": "http://127.0.0.1:3", "enabled": False})
+    assert patched.json() == {"party_id": "a", "url": "http://127.0.0.1:3", "role": "ratings", "enabled": False}
+    assert [p["party_id"] for p in coord.get("/v1/parties").json()] == ["a"]
+    assert coord.delete("/v1/parties/a").status_code == 204
+    missing = coord.get("/v1/parties/a")
+    assert missing.status_code == 404 and missing.json()["code"] == "not_found"
+
+
+def test_run_validation(coord: httpx.Client) -> None:
+    none = coord.post("/v1/runs", json={"rounds": 2, "min_parties": 2})
+    assert none.status_code == 422 and none.json()["field"] == "min_parties"
+    cfg = coord.post("/v1/runs", json={"rounds": 2, "config": {"dim": 0}})
+    assert cfg.status_code == 422 and cfg.json()["field"] == "config.dim"
+    unknown = coord.post("/v1/runs", json={"rounds": 2, "party_ids": ["ghost"]})
+    assert unknown.status_code == 422 and "ghost" in unknown.json()["detail"]
+    zero = coord.post("/v1/runs", json={"rounds": 0})
+    assert zero.status_code == 422 and zero.json()["field"] == "rounds"
+    assert coord.get("/v1/runs/doesnotexist").status_code == 404
+    assert coord.get("/v1/runs").json() == []
+
+
+def test_run_pauses_when_parties_are_unreachable_and_can_be_cancelled(coord: httpx.Client) -> None:
+    for pid in ("a", "b"):
+        coord.post("/v1/parties", json={"party_id": pid, "url": _dead_url(), "token": "t"}).raise_for_status()
+    run = coord.post("/v1/runs", json={"rounds": 3, "min_parties": 2, "config": TINY_CONFIG})
+    assert run.status_code == 202 and run.json()["state"] == "pending"
+    run_id = run.json()["run_id"]
+    for _ in range(200):
+        status = coord.get(f"/v1/runs/{run_id}").json()
+        if status["state"] == "paused":
+            break
+        time.sleep(0.05)
+    assert status["state"] == "paused" and "alignment waits for a party" in status["detail"], status
+    second = coord.post("/v1/runs", json={"rounds": 3})
+    assert second.status_code == 409 and second.json()["run_id"] == run_id
+    assert coord.post(f"/v1/runs/{run_id}/cancel").json()["state"] == "cancelled"
+    assert coord.post(f"/v1/runs/{run_id}/cancel").status_code == 409
+
+
+def test_registry_change_applies_to_a_running_run(tmp_path: Path) -> None:
+    with federation(tmp_path, n_parties=2) as fed:
+        cc = fed.client
+        good = fed.parties["p1"].url
+        cc.http.patch(f"{cc.url}/v1/parties/p1", headers=cc._h(), json={"url": _dead_url()}).raise_for_status()
+        run_id = cc.create_run(rounds=3, min_parties=2, seed=1, config=TINY_CONFIG)["run_id"]
+        paused = cc.wait(run_id, until=("paused",), timeout=60)
+        assert "p1" in paused["detail"]
+        cc.http.patch(f"{cc.url}/v1/parties/p1", headers=cc._h(), json={"url": good}).raise_for_status()
+        done = cc.wait(run_id, timeout=120)
+        assert done["state"] == "completed" and done["rounds_done"] == 3
+        assert done["bytes_received"]["p1"] > 0 and done["bytes_sent"]["p0"] > 0
