@@ -1,0 +1,134 @@
+"""Social-party use cases behind the API: sessions over the party's stored social links (framework-free)."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from typing import Any
+
+import numpy as np
+from phe import PaillierPublicKey
+from sqlalchemy import select
+from sqlalchemy.orm import Session, aliased, sessionmaker
+
+from services.crypto.paillier_matrix import EncryptedMatrix, PackedResult
+from services.data.types import SocialLinks
+from services.db.party_tables import SocialLink, User
+from services.errors import NotFound, ProtocolError
+from services.party.social import SocialParty, SocialPartyConfig
+from services.party.social_graph import adjacency_from_links
+from services.party.social_paillier import paillier_social_party
+from services.protocol.social import SocialSessionCreate, decode_users, unframe
+
+MAX_SESSIONS = 8
+
+
+def load_links(session: Session) -> SocialLinks:
+    """Every stored social link as external ids."""
+    src, dst = aliased(User), aliased(User)
+    rows = session.execute(
+        select(src.external_id, dst.external_id, SocialLink.weight)
+        .join(src, SocialLink.src_user_id == src.id).join(dst, SocialLink.dst_user_id == dst.id)
+    ).all()
+    return SocialLinks(np.array([r[0] for r in rows], dtype=object), np.array([r[1] for r in rows], dtype=object),
+                       np.array([r[2] for r in rows], dtype=np.float32))
+
+
+class SocialService:
+    """Open sessions of one social party; each holds a SocialParty over the Paillier engine."""
+
+    def __init__(self, *, sessions: sessionmaker[Session], min_key_bits: int = 2048, max_batch: int = 4096,
+                 workers: int = 1) -> None:
+        self.sessions, self.min_key_bits, self.max_batch, self.workers = sessions, min_key_bits, max_batch, workers
+        self._parties: dict[str, tuple[SocialParty, PaillierPublicKey, threading.Lock]] = {}
+        self._lock = threading.Lock()
+
+    def open(self, *, request: SocialSessionCreate) -> tuple[str, SocialParty]:
+        """Build L_sym over the given aligned users and a fresh W_P2; returns (session id, party)."""
+        if len(set(request.user_ids)) != len(request.user_ids):
+            raise ProtocolError("user_ids must be distinct")
+        public_key = PaillierPublicKey(int(request.public_key_n))
+        with self.sessions() as s:
+            links = load_links(s)
+        cfg = SocialPartyConfig(dim=request.dim, epsilon_budget=request.epsilon, delta=request.delta,
+                                planned_epochs=request.planned_epochs, noise_multiplier=request.noise_multiplier,
+                                dp_enabled=request.dp_enabled, max_batch=self.max_batch,
+                                min_key_bits=self.min_key_bits)
+        party = paillier_social_party(config=cfg, adjacency=adjacency_from_links(links, request.user_ids),
+                                      public_key=public_key, h_s=int(request.h_s),
+                                      rng=np.random.default_rng(secrets.randbits(128)), workers=self.workers)
+        sid = secrets.token_hex(16)
+        with self._lock:
+            if len(self._parties) >= MAX_SESSIONS:
+                oldest = next(iter(self._parties))
+                self._close(self._parties.pop(oldest)[0])
+            self._parties[sid] = (party, public_key, threading.Lock())
+        return sid, party
+
+    @staticmethod
+    def _close(party: SocialParty) -> None:
+        ctx = getattr(party.engine, "ctx", None)
+        if ctx is not None:
+            ctx.close()
+
+    def get(self, session_id: str) -> tuple[SocialParty, PaillierPublicKey, threading.Lock]:
+        """The session's party, key and lock (operations on one session run one at a time), or NotFound."""
+        with self._lock:
+            found = self._parties.get(session_id)
+        if found is None:
+            raise NotFound(f"social session {session_id!r} not found")
+        return found
+
+    def begin_epoch(self, *, session_id: str) -> dict[str, Any]:
+        """Open a new epoch (X is uploaded next)."""
+        party, _, lock = self.get(session_id)
+        with lock:
+            party.begin_epoch()
+            return party.privacy_record()
+
+    def upload_x(self, *, session_id: str, offset: int, body: bytes) -> None:
+        """Store one chunk of [X]."""
+        party, pk, lock = self.get(session_id)
+        chunk = EncryptedMatrix.from_bytes(pk, body)
+        with lock:
+            party.upload_x(offset, chunk)
+
+    def forward(self, *, session_id: str, body: bytes) -> bytes:
+        """Packed [(B L) X W_P2 + Z] for the posted user batch."""
+        party, _, lock = self.get(session_id)
+        users = decode_users(body)
+        with lock:
+            result = party.forward(users)
+        assert isinstance(result, PackedResult)
+        return result.to_bytes()
+
+    def backward(self, *, session_id: str, body: bytes) -> bytes:
+        """Packed [(B L B^T) G W_P2^T + Z'] for the framed (users, [G]) body."""
+        party, pk, lock = self.get(session_id)
+        users, payload = unframe(body)
+        grad = EncryptedMatrix.from_bytes(pk, payload)
+        with lock:
+            result = party.backward(users, grad)
+        assert isinstance(result, PackedResult)
+        return result.to_bytes()
+
+    def update(self, *, session_id: str, body: bytes) -> None:
+        """[X_B] += [dX_B] for the framed (users, [dX]) body."""
+        party, pk, lock = self.get(session_id)
+        users, payload = unframe(body)
+        delta = EncryptedMatrix.from_bytes(pk, payload)
+        with lock:
+            party.update_x(users, delta)
+
+    def privacy(self, *, session_id: str) -> dict[str, Any]:
+        """The session's privacy record."""
+        party, _, lock = self.get(session_id)
+        with lock:
+            return party.privacy_record()
+
+    def close_all(self) -> None:
+        """Stop every session's worker processes."""
+        with self._lock:
+            for party, _, _ in self._parties.values():
+                self._close(party)
+            self._parties.clear()

@@ -1,0 +1,71 @@
+"""Wire contract of the social-party routes (P4GCN sandwich products).
+
+Binary bodies (application/octet-stream): a user batch travels as .npy int64 bytes; a request that
+carries users plus an encrypted matrix is framed as >I length of the users' .npy, the .npy, then
+the EncryptedMatrix bytes. Big integers (n, h_s) travel as decimal strings in JSON.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from services.errors import ProtocolError
+from services.protocol.arrays import decode_array, encode_array
+
+SOCIAL_MEDIA_TYPE = "application/octet-stream"
+_LEN = struct.Struct(">I")
+MAX_USERS_BYTES = 1 << 20
+
+
+class SocialSessionCreate(BaseModel):
+    """Open a social-product session: aligned users, the rating party's public key, DP plan."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user_ids: list[str] = Field(min_length=1, max_length=10_000_000)
+    public_key_n: str = Field(pattern=r"^[0-9]{2,2000}$")
+    h_s: str = Field(pattern=r"^[0-9]{2,4000}$")
+    dim: int = Field(64, ge=1, le=1024)
+    epsilon: float = Field(15.0, gt=0.0)
+    delta: float = Field(1e-4, gt=0.0, lt=1.0)
+    planned_epochs: int = Field(5, ge=1, le=100_000)
+    noise_multiplier: float | None = Field(None, gt=0.0)
+    dp_enabled: bool = True
+
+
+class SocialSessionRead(BaseModel):
+    """A session and its privacy record."""
+
+    session_id: str
+    n_users: int
+    dim: int
+    privacy: dict[str, float | int | str | bool | None]
+
+
+def encode_users(users: np.ndarray) -> bytes:
+    """A user batch as .npy int64 bytes."""
+    return encode_array(np.asarray(users, dtype=np.int64))
+
+
+def decode_users(data: bytes) -> np.ndarray:
+    """Parse a user batch (1-D int64, no pickle)."""
+    return decode_array(data, dtype=np.int64, shape=(None,), max_bytes=MAX_USERS_BYTES)
+
+
+def frame(users: np.ndarray, payload: bytes) -> bytes:
+    """users + encrypted matrix in one body."""
+    head = encode_users(users)
+    return _LEN.pack(len(head)) + head + payload
+
+
+def unframe(body: bytes) -> tuple[np.ndarray, bytes]:
+    """Split a framed body into (users, encrypted-matrix bytes)."""
+    if len(body) < _LEN.size:
+        raise ProtocolError("truncated framed body")
+    (size,) = _LEN.unpack_from(body)
+    if size > MAX_USERS_BYTES or _LEN.size + size > len(body):
+        raise ProtocolError("bad user-batch length in framed body")
+    return decode_users(body[_LEN.size:_LEN.size + size]), body[_LEN.size + size:]
