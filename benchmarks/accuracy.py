@@ -1,0 +1,75 @@
+"""Accuracy benchmark: centralized vs federated (privacy on) vs local-only on one data set.
+
+Prints progress lines, then ONE JSON line (last) with "centralized", "federated" and
+"local_only" (one entry per party), each {"rmse_mean", "rmse_std", "mae_mean"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from services.evaluation.harness import build_federation, ensure_validation, run_protocol
+from services.evaluation.runner import PRESETS, load_dataset
+from services.protocol.training import TrainConfig
+
+
+def stats(rmse: list[float], mae: list[float]) -> dict[str, float]:
+    """Mean/std of RMSE and mean MAE over seeds."""
+    return {"rmse_mean": float(np.mean(rmse)), "rmse_std": float(np.std(rmse)), "mae_mean": float(np.mean(mae))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--dataset", default="ml100k")
+    ap.add_argument("--split", default="u1")
+    ap.add_argument("--parties", type=int, default=2)
+    ap.add_argument("--model", default="gcn")
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--preset", default="tuned", choices=sorted(PRESETS))
+    ap.add_argument("--valid-fraction", type=float, default=0.1)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--set", nargs="*", default=[], help="config overrides key=json-value")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    overrides = {k: json.loads(v) for k, v in (s.split("=", 1) for s in args.set)}
+    config = TrainConfig(**{**PRESETS[args.preset], "model": args.model, **overrides})
+    res: dict[str, tuple[list[float], list[float]]] = {"centralized": ([], []), "federated": ([], [])}
+    local: dict[str, tuple[list[float], list[float]]] = {}
+    started = time.time()
+    for seed in range(args.seeds):
+        ds = ensure_validation(load_dataset(args.dataset, args.data, split=args.split, seed=seed),
+                               fraction=args.valid_fraction, seed=seed)
+        fed = build_federation(ds, n_parties=args.parties, seed=seed)
+        cfg = config.model_copy(update={"seed": seed})
+        for proto in ("centralized", "federated", "local"):
+            run = run_protocol(fed, protocol=proto, config=cfg)
+            if proto == "local":
+                for party, row in sorted(run.per_party.items()):
+                    local.setdefault(party, ([], []))
+                    local[party][0].append(row["rmse"])
+                    local[party][1].append(row["mae"])
+            else:
+                res[proto][0].append(run.rmse)
+                res[proto][1].append(run.mae)
+            fed_pp = {k: round(v["rmse"], 4) for k, v in run.per_party.items()}
+            print(f"seed {seed} {proto}: rmse {run.rmse:.4f} mae {run.mae:.4f} best_round {run.best_round} "
+                  f"per_party {fed_pp} [{time.time() - started:.0f}s]", flush=True)
+    out = {k: stats(*v) for k, v in res.items()}
+    out["local_only"] = [{"party": p, **stats(*v)} for p, v in sorted(local.items())]
+    out["config"] = config.model_dump()
+    out["seconds"] = round(time.time() - started, 1)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

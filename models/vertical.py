@@ -1,0 +1,187 @@
+"""VerFedGNN model: public parameters (coordinator), private item parameters (party), party forward.
+
+Public: user embeddings e_u^0, user biases, global bias, layer weights W^k (+ attention or GRU
+weights), layer-combination weights a_k, and a per-layer gate on the reconstructed aggregates
+of the other parties. Private to party p: item embeddings e_v^0 and item biases.
+Prediction r̂_uv = μ + b_u + b_v + h_u · h_v with h = Σ_k a_k e^k. K = 0 is biased MF.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from torch import nn
+
+from models import graph as g
+from models.layers import Activation, make_layer
+
+ModelKind = Literal["gcn", "gat", "ggnn", "mf"]
+
+
+class VerFedGNNConfig(BaseModel):
+    """Architecture of the vertical GNN (validated)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: ModelKind = "gcn"
+    dim: int = Field(6, ge=1, le=1024)
+    layers: int = Field(2, ge=0, le=8)
+    activation: Activation = "sigmoid"
+    use_bias: bool = True
+    gate_init: float = Field(1.0, ge=0.0, le=1.0)
+    init_std: float = Field(0.1, gt=0.0, le=1.0)
+    rating_levels: int = Field(0, ge=0, le=64, description="0: plain edges; L: learnable weight per rating level")
+
+    @property
+    def n_layers(self) -> int:
+        """K, with MF forced to 0 propagation layers."""
+        return 0 if self.kind == "mf" else self.layers
+
+
+class PublicModel(nn.Module):
+    """Parameters held by the coordinator and downloaded by every party each round."""
+
+    def __init__(self, *, config: VerFedGNNConfig, n_users: int, global_mean: float = 0.0) -> None:
+        super().__init__()
+        self.config = config
+        self.n_users = n_users
+        self.global_mean = float(global_mean)
+        d, k = config.dim, config.n_layers
+        self.user_emb = nn.Parameter(torch.empty(n_users, d))
+        self.user_bias = nn.Parameter(torch.empty(n_users))
+        self.global_bias = nn.Parameter(torch.empty(1))
+        self.layers = nn.ModuleList([make_layer(config.kind, d, config.activation) for _ in range(k)])  # type: ignore[arg-type]
+        self.layer_weights = nn.Parameter(torch.empty(k + 1))
+        self.gate = nn.Parameter(torch.empty(k))
+        # learnable per-layer weight of each rating level in the aggregation (extension, off by default)
+        self.rating_weight = nn.Parameter(torch.empty(k, config.rating_levels)) if config.rating_levels else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """N(0, init_std) user embeddings, zero biases, μ = global mean, uniform a_k."""
+        with torch.no_grad():
+            nn.init.normal_(self.user_emb, std=self.config.init_std)
+            self.user_bias.zero_()
+            self.global_bias.fill_(self.global_mean if self.config.use_bias else 0.0)
+            self.layer_weights.fill_(1.0 / (self.config.n_layers + 1))
+            self.gate.fill_(self.config.gate_init)
+            if self.rating_weight is not None:
+                self.rating_weight.fill_(1.0)
+        for layer in self.layers:
+            layer.reset_parameters()  # type: ignore[operator]
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every public parameter as a float32 numpy array, by name."""
+        return {k: v.detach().cpu().numpy().astype(np.float32, copy=True) for k, v in self.named_parameters()}
+
+    def load_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        """Overwrite parameters from arrays (names and shapes must match)."""
+        params = dict(self.named_parameters())
+        if set(arrays) != set(params):
+            raise ValueError(f"public parameter names differ: {sorted(set(arrays) ^ set(params))}")
+        with torch.no_grad():
+            for name, p in params.items():
+                p.copy_(torch.from_numpy(np.asarray(arrays[name], dtype=np.float32)).reshape(p.shape))
+
+    def __repr__(self) -> str:
+        c = self.config
+        return f"PublicModel(kind={c.kind}, n_users={self.n_users}, dim={c.dim}, layers={c.n_layers})"
+
+
+class PrivateItems(nn.Module):
+    """One party's item embeddings and biases (never leave the party)."""
+
+    def __init__(self, *, n_items: int, dim: int, init_std: float = 0.1) -> None:
+        super().__init__()
+        self.n_items, self.dim, self.init_std = n_items, dim, init_std
+        self.item_emb = nn.Parameter(torch.empty(n_items, dim))
+        self.item_bias = nn.Parameter(torch.empty(n_items))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """N(0, init_std) embeddings, zero biases."""
+        with torch.no_grad():
+            nn.init.normal_(self.item_emb, std=self.init_std)
+            self.item_bias.zero_()
+
+    def __repr__(self) -> str:
+        return f"PrivateItems(n_items={self.n_items}, dim={self.dim})"
+
+
+class PartyForward:
+    """One round's layer-by-layer forward at party c, kept alive so autograd spans the protocol steps."""
+
+    def __init__(self, *, public: PublicModel, private: PrivateItems, graph: g.BipartiteGraph, scale: float) -> None:
+        self.public, self.private, self.graph, self.scale = public, private, graph, float(scale)
+        self.users: list[torch.Tensor] = [public.user_emb]
+        self.items: list[torch.Tensor] = [private.item_emb]
+        self._own: torch.Tensor | None = None
+        self._self_coef: torch.Tensor | None = None
+
+    @property
+    def n_layers(self) -> int:
+        """K."""
+        return len(self.public.layers)
+
+    def _coef(self, layer: int) -> torch.Tensor | None:
+        rw = self.public.rating_weight
+        return None if rw is None else rw[layer]
+
+    def contribution(self, layer: int) -> torch.Tensor:
+        """X_c^k for the current layer (with autograd); cached for `advance`."""
+        if layer != len(self.users) - 1:
+            raise ValueError(f"layer {layer} out of order (next is {len(self.users) - 1})")
+        mod = self.public.layers[layer]
+        self._own, self._self_coef = mod.contribution(  # type: ignore[operator]
+            self.graph, self.users[-1], self.items[-1], self.scale, self._coef(layer))
+        return self._own
+
+    def advance(self, layer: int, others: torch.Tensor | None) -> None:
+        """Compute layer k+1 from own X_c^k plus the (reconstructed, constant) others' aggregate."""
+        if self._own is None or layer != len(self.users) - 1:
+            raise ValueError(f"advance({layer}) without its contribution")
+        mod = self.public.layers[layer]
+        neigh = self._own
+        if others is not None:
+            neigh = neigh + self.public.gate[layer] * others.detach()
+        new_items = mod.update_items(  # type: ignore[operator]
+            self.graph, self.users[-1], self.items[-1], self.scale, self._coef(layer))
+        new_users = mod.update_users(self.users[-1], neigh, self._self_coef)  # type: ignore[operator]
+        self.users.append(new_users)
+        self.items.append(new_items)
+        self._own = self._self_coef = None
+
+    def final(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(h_u for all users, h_v for own items) = Σ_k a_k e^k."""
+        if len(self.users) != self.n_layers + 1:
+            raise ValueError("forward is incomplete")
+        a = self.public.layer_weights
+        h_u = sum(a[k] * e for k, e in enumerate(self.users))
+        h_v = sum(a[k] * e for k, e in enumerate(self.items))
+        return h_u, h_v  # type: ignore[return-value]
+
+
+def predict(public: PublicModel, private: PrivateItems, h_u: torch.Tensor, h_v: torch.Tensor,
+            users: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+    """r̂ = μ + b_u + b_v + h_u · h_v for parallel (user, local item) index tensors."""
+    dot = (h_u.index_select(0, users) * h_v.index_select(0, items)).sum(dim=1)
+    if not public.config.use_bias:
+        return dot
+    return public.global_bias + public.user_bias.index_select(0, users) + private.item_bias.index_select(0, items) + dot
+
+
+def build_public(*, config: VerFedGNNConfig, n_users: int, seed: int, global_mean: float = 0.0) -> PublicModel:
+    """Public parameters initialised from `seed` without touching the global RNG."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return PublicModel(config=config, n_users=n_users, global_mean=global_mean)
+
+
+def build_private(*, config: VerFedGNNConfig, n_items: int, seed: int) -> PrivateItems:
+    """A party's private item parameters initialised from `seed` without touching the global RNG."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return PrivateItems(n_items=n_items, dim=config.dim, init_std=config.init_std)

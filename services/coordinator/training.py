@@ -1,0 +1,136 @@
+"""Coordinator side of VerFedGNN training: public parameters, participant choice, relay, aggregation.
+
+The coordinator sees only projected aggregates (q × D) and protected gradients; it never sees
+ratings or item embeddings.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+
+from models.vertical import PublicModel, build_public
+from services.crypto.participation import participation_scale, select_participants
+from services.crypto.quantization import TernaryUpload, ternary_dequantize
+from services.errors import ProtocolError
+from services.party.training import make_optimizer, model_config
+from services.protocol.training import (
+    SPLITS,
+    GradientUpload,
+    MetricSums,
+    RoundMetrics,
+    TrainConfig,
+    rmse_mae,
+)
+
+_SELECT_TAG = 104729  # separates the participant-draw stream from other seeded streams
+
+
+class CoordinatorTrainer:
+    """Holds and updates the public parameters; aggregates with the partial-participation estimator."""
+
+    def __init__(self, *, config: TrainConfig, n_users: int, item_counts: Mapping[str, int],
+                 global_mean: float = 0.0) -> None:
+        if not item_counts:
+            raise ValueError("at least one party is required")
+        self.config = config
+        self.n_users = n_users
+        self.item_counts = {str(k): int(v) for k, v in sorted(item_counts.items())}
+        self.public: PublicModel = build_public(config=model_config(config), n_users=n_users,
+                                                seed=config.seed, global_mean=global_mean)
+        self.optimizer = make_optimizer(config, list(self.public.parameters()), config.lr)
+        self.round_index = 0
+
+    def public_params(self) -> dict[str, np.ndarray]:
+        """Current public parameters (float32 arrays by name)."""
+        return self.public.arrays()
+
+    def select_participants(self, *, round_index: int, available: list[str]) -> list[str]:
+        """A_t: a seeded draw of ⌈α·P⌉ parties among those available (sorted; order-independent)."""
+        pool = sorted(p for p in set(available) if p in self.item_counts)
+        if not pool:
+            raise ProtocolError("no known party is available")
+        if self.config.alpha >= 1.0:
+            return pool
+        rng = np.random.default_rng([self.config.seed, _SELECT_TAG, round_index])
+        want = max(1, round(self.config.alpha * len(self.item_counts)))
+        return select_participants(pool, rate=min(1.0, want / len(pool)), rng=rng)
+
+    def relay(self, *, layer: int, projections: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """For each participant c: (Σ_{i≠c} M_i / Σ_{p∈A_t, p≠c} M_p) · Σ_{p∈A_t, p≠c} Y_p^k (zeros if alone)."""
+        names = sorted(projections)
+        if not names:
+            raise ProtocolError(f"layer {layer}: no projections to relay")
+        shapes = {projections[n].shape for n in names}
+        if len(shapes) != 1:
+            raise ProtocolError(f"layer {layer}: projections have different shapes {shapes}")
+        total = np.sum([projections[n].astype(np.float64) for n in names], axis=0)
+        out = {}
+        for c in names:
+            others = [p for p in names if p != c]
+            if not others:
+                out[c] = np.zeros_like(projections[c], dtype=np.float32)
+                continue
+            counts = {p: m for p, m in self.item_counts.items() if p != c}
+            scale = participation_scale(item_counts=counts, participants=others)
+            out[c] = ((total - projections[c]) * scale).astype(np.float32)
+        return out
+
+    def _decode(self, upload: GradientUpload) -> dict[str, np.ndarray]:
+        if upload.quantized:
+            return {k: ternary_dequantize(TernaryUpload(q.shape, q.r, q.indices, q.signs))
+                    for k, q in upload.quantized.items()}
+        return {k: np.asarray(v, dtype=np.float32) for k, v in upload.dense.items()}
+
+    def aggregate_and_step(self, *, uploads: dict[str, GradientUpload]) -> RoundMetrics:
+        """Estimate Σ_p ∇f_p from the participants' uploads, take one optimizer step, summarise."""
+        names = sorted(uploads)
+        if not names:
+            raise ProtocolError("no uploads to aggregate")
+        scale = participation_scale(item_counts=self.item_counts, participants=names)
+        params = dict(self.public.named_parameters())
+        total = {k: np.zeros(p.shape, dtype=np.float32) for k, p in params.items()}
+        for name in names:
+            for k, g in self._decode(uploads[name]).items():
+                if k not in total or g.shape != total[k].shape:
+                    raise ProtocolError(f"party {name}: unexpected gradient {k} {g.shape}")
+                total[k] += g
+        self.optimizer.zero_grad(set_to_none=True)
+        for k, p in params.items():
+            p.grad = torch.from_numpy(total[k] * np.float32(scale))
+        if self.config.weight_decay > 0:  # the L2 term of e_u^0 needs no party data: exact, no noise
+            params["user_emb"].grad += 2.0 * self.config.weight_decay * params["user_emb"].detach()
+        self.optimizer.step()
+        self.round_index += 1
+        return self._summary(uploads, names)
+
+    def _summary(self, uploads: dict[str, GradientUpload], names: list[str]) -> RoundMetrics:
+        rmse, mae, per_party = {}, {}, {}
+        for split in SPLITS:
+            rmse[split], mae[split] = rmse_mae([uploads[n].metrics.get(split, MetricSums()) for n in names])
+        for n in names:
+            row = {}
+            for split in SPLITS:
+                row[f"{split}_rmse"], row[f"{split}_mae"] = rmse_mae([uploads[n].metrics.get(split, MetricSums())])
+            per_party[n] = row
+        nnz = sum(int(q.indices.size) for n in names for q in uploads[n].quantized.values())
+        size = sum(TernaryUpload(q.shape, q.r, q.indices, q.signs).nbytes()
+                   for n in names for q in uploads[n].quantized.values())
+        size += sum(int(a.nbytes) for n in names for a in uploads[n].dense.values())
+        return RoundMetrics(round_index=uploads[names[0]].round_index, participants=names,
+                            loss=float(sum(uploads[n].loss for n in names)), rmse=rmse, mae=mae,
+                            per_party=per_party, upload_bytes=size, upload_nonzeros=nnz)
+
+    def state_dict(self) -> dict[str, object]:
+        """Public parameters, optimizer state and round counter (for resume)."""
+        return {"public": self.public_params(), "optimizer": copy.deepcopy(self.optimizer.state_dict()),
+                "round_index": self.round_index}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        """Restore what `state_dict` returned."""
+        self.public.load_arrays(state["public"])  # type: ignore[arg-type]
+        self.optimizer.load_state_dict(state["optimizer"])  # type: ignore[arg-type]
+        self.round_index = int(state["round_index"])  # type: ignore[call-overload]

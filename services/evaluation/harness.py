@@ -1,0 +1,148 @@
+"""Experiment harness: index a data set, split items over parties, train with early stopping.
+
+Protocols share one engine: federated (all parties, privacy as configured), centralized (one
+party holding every item, privacy off) and local-only (each party alone, privacy off).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from services.coordinator.inprocess import InProcessFederation
+from services.coordinator.training import CoordinatorTrainer
+from services.data.splits import vertical_split, with_validation
+from services.data.types import Dataset, Ratings
+from services.party.training import PartyTrainer
+from services.protocol.training import PartyData, RatingTriples, RoundMetrics, TrainConfig
+
+PROTOCOLS = ("centralized", "federated", "local")
+RoundCallback = Callable[[str, RoundMetrics], None]
+
+
+@dataclass(frozen=True)
+class Federation:
+    """A data set indexed for training: per-party data plus the shared training mean."""
+
+    parties: list[PartyData]
+    n_users: int
+    global_mean: float
+
+
+@dataclass
+class RunResult:
+    """Outcome of one protocol run (test figures at the round with the best validation RMSE)."""
+
+    protocol: str
+    rmse: float
+    mae: float
+    best_round: int
+    rounds_run: int
+    per_party: dict[str, dict[str, float]] = field(default_factory=dict)
+    valid_history: list[float] = field(default_factory=list)
+
+
+def ensure_validation(dataset: Dataset, *, fraction: float, seed: int) -> Dataset:
+    """Carve a seeded validation split from train when the data set has none."""
+    if dataset.valid is not None and len(dataset.valid) > 0:
+        return dataset
+    return with_validation(dataset, fraction, seed=seed)
+
+
+def _triples(r: Ratings | None, user_index: dict[str, int], item_index: dict[str, int], owner: dict[str, int],
+             party: int) -> RatingTriples:
+    if r is None or len(r) == 0:
+        return RatingTriples.empty()
+    items = r.item_ids.astype(str)
+    mask = np.fromiter((owner[i] == party for i in items), dtype=bool, count=len(items))
+    users = np.fromiter((user_index[u] for u in r.user_ids[mask].astype(str)), dtype=np.int64)
+    local = np.fromiter((item_index[i] for i in items[mask]), dtype=np.int64)
+    return RatingTriples(users, local, r.ratings[mask].astype(np.float32))
+
+
+def build_federation(dataset: Dataset, *, n_parties: int, seed: int) -> Federation:
+    """Index users, assign items to parties at random (seeded) and cut every split by party."""
+    splits = [s for s in (dataset.train, dataset.valid, dataset.test) if s is not None]
+    users = np.unique(np.concatenate([s.user_ids.astype(str) for s in splits]))
+    items = np.unique(np.concatenate([s.item_ids.astype(str) for s in splits]))
+    user_index = {u: i for i, u in enumerate(users)}
+    groups = vertical_split(items, n_parties, np.random.default_rng([seed, 31]))
+    owner = {i: p for p, grp in enumerate(groups) for i in grp}
+    item_index = {i: j for grp in groups for j, i in enumerate(grp)}
+    parties = []
+    for p, grp in enumerate(groups):
+        def cut(r: Ratings | None, p: int = p) -> RatingTriples:
+            return _triples(r, user_index, item_index, owner, p)
+        parties.append(PartyData(party_id=f"party{p}", n_users=len(users), n_items=len(grp), total_items=len(items),
+                                 train=cut(dataset.train), valid=cut(dataset.valid), test=cut(dataset.test),
+                                 rating_min=dataset.rating_min, rating_max=dataset.rating_max))
+    return Federation(parties, len(users), float(dataset.train.ratings.mean()))
+
+
+def merge_parties(fed: Federation) -> PartyData:
+    """One party holding every item (the centralized reference); item indices are re-based."""
+    offsets = np.cumsum([0] + [p.n_items for p in fed.parties])
+
+    def cat(name: str) -> RatingTriples:
+        parts = [p.split(name) for p in fed.parties]
+        return RatingTriples(np.concatenate([t.users for t in parts]),
+                             np.concatenate([t.items + offsets[k] for k, t in enumerate(parts)]),
+                             np.concatenate([t.ratings for t in parts]))
+    first = fed.parties[0]
+    return PartyData("central", fed.n_users, int(offsets[-1]), int(offsets[-1]), cat("train"), cat("valid"),
+                     cat("test"), first.rating_min, first.rating_max)
+
+
+def alone(data: PartyData) -> PartyData:
+    """The party as if it were the whole federation (local-only training)."""
+    return PartyData(data.party_id, data.n_users, data.n_items, data.n_items, data.train, data.valid, data.test,
+                     data.rating_min, data.rating_max)
+
+
+def train_federation(parties: Sequence[PartyData], *, config: TrainConfig, global_mean: float, protocol: str,
+                     on_round: RoundCallback | None = None) -> RunResult:
+    """Train until `config.rounds` or `config.patience` rounds without a better validation RMSE."""
+    coord = CoordinatorTrainer(config=config, n_users=parties[0].n_users,
+                               item_counts={p.party_id: p.n_items for p in parties}, global_mean=global_mean)
+    trainers = {p.party_id: PartyTrainer(config=config, data=p, seed=config.seed) for p in parties}
+    fed = InProcessFederation(coordinator=coord, parties=trainers)
+    best = RunResult(protocol, float("nan"), float("nan"), -1, 0)
+    best_valid = float("inf")
+    for t in range(config.rounds):
+        m = fed.run_round(t)
+        best.valid_history.append(m.rmse["valid"])
+        best.rounds_run = t + 1
+        if on_round is not None:
+            on_round(protocol, m)
+        if m.rmse["valid"] < best_valid:
+            best_valid = m.rmse["valid"]
+            best.rmse, best.mae, best.best_round = m.rmse["test"], m.mae["test"], t
+            best.per_party = {k: {"rmse": v["test_rmse"], "mae": v["test_mae"], "valid_rmse": v["valid_rmse"]}
+                              for k, v in m.per_party.items()}
+        elif t - best.best_round >= config.patience:
+            break
+    return best
+
+
+def run_protocol(fed: Federation, *, protocol: str, config: TrainConfig,
+                 on_round: RoundCallback | None = None) -> RunResult:
+    """Run one protocol on an indexed federation."""
+    private_off = config.model_copy(update={"use_projection": False, "use_quantization": False})
+    if protocol == "federated":
+        return train_federation(fed.parties, config=config, global_mean=fed.global_mean, protocol=protocol,
+                                on_round=on_round)
+    if protocol == "centralized":
+        return train_federation([merge_parties(fed)], config=private_off, global_mean=fed.global_mean,
+                                protocol=protocol, on_round=on_round)
+    if protocol == "local":
+        runs = [train_federation([alone(p)], config=private_off, global_mean=fed.global_mean,
+                                 protocol=f"local:{p.party_id}", on_round=on_round) for p in fed.parties]
+        per_party = {p.party_id: r.per_party[p.party_id] for p, r in zip(fed.parties, runs)}
+        counts = [len(p.test) for p in fed.parties]
+        rmse = float(np.sqrt(sum(r.rmse ** 2 * n for r, n in zip(runs, counts)) / sum(counts)))
+        mae = float(sum(r.mae * n for r, n in zip(runs, counts)) / sum(counts))
+        return RunResult("local", rmse, mae, max(r.best_round for r in runs), sum(r.rounds_run for r in runs),
+                         per_party, runs[0].valid_history)
+    raise ValueError(f"unknown protocol {protocol!r}")

@@ -1,0 +1,272 @@
+"""Party side of a VerFedGNN training round (engine; the HTTP layer calls these same steps).
+
+Per round: begin_round → for each layer: layer_projection, receive_projection_sum → finish_round.
+Raw ratings, item embeddings and per-user counts stay here; what leaves is Φ X_p^k (q × D) and
+clipped, ternary-quantized gradients of the public parameters.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import numpy as np
+import torch
+
+from models.graph import BipartiteGraph
+from models.vertical import (
+    PartyForward,
+    PrivateItems,
+    PublicModel,
+    VerFedGNNConfig,
+    build_private,
+    build_public,
+    predict,
+)
+from services.crypto import projection as proj
+from services.crypto.projection import (
+    ProjectionSpec,
+    project,
+    projection_matrix,
+    projection_spec,
+    reconstruct,
+)
+from services.crypto.quantization import quantize_gradients
+from services.errors import ProtocolError
+from services.protocol.training import (
+    SPLITS,
+    GradientUpload,
+    MetricSums,
+    PartyData,
+    QuantizedArray,
+    RatingTriples,
+    TrainConfig,
+    party_number,
+)
+
+_DENSE_PHI_LIMIT = 20_000_000  # q·N entries below which Φ is cached densely (fast matmuls)
+
+
+def model_config(config: TrainConfig) -> VerFedGNNConfig:
+    """The architecture part of a training config."""
+    return VerFedGNNConfig(kind=config.model, dim=config.dim, layers=config.layers, activation=config.activation,
+                           use_bias=config.use_bias, gate_init=config.gate_init, init_std=config.init_std,
+                           rating_levels=config.rating_levels)
+
+
+def shared_projection(config: TrainConfig, n_users: int) -> ProjectionSpec:
+    """The projection every participant regenerates from the run seed."""
+    return projection_spec(seed=config.seed + 7919, n=n_users, ratio=config.q_ratio,
+                           kind=config.projection_kind, nnz_per_column=config.nnz_per_column)
+
+
+def sparse_phi(spec: ProjectionSpec) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Φ, Φᵀ) of a sparse sketch as torch CSR matrices, built once from the spec's seeded blocks.
+
+    Same Φ as `services.crypto.projection` (its block generator is reused), but projecting and
+    reconstructing become two sparse matmuls instead of per-column bincounts at every call.
+    """
+    rows, cols, vals = [], [], []
+    for j, a, b in proj._blocks(spec):
+        r, sg = proj._sparse_block(spec, j, b - a)
+        rows.append(r.ravel())
+        cols.append(np.repeat(np.arange(a, b, dtype=np.int64), r.shape[1]))
+        vals.append(sg.ravel().astype(np.float32) / np.float32(np.sqrt(r.shape[1])))
+    r_t, c_t = torch.from_numpy(np.concatenate(rows)), torch.from_numpy(np.concatenate(cols))
+    v_t = torch.from_numpy(np.concatenate(vals))
+    phi = torch.sparse_coo_tensor(torch.stack([r_t, c_t]), v_t, (spec.q, spec.n), check_invariants=False)
+    phi_t = torch.sparse_coo_tensor(torch.stack([c_t, r_t]), v_t, (spec.n, spec.q), check_invariants=False)
+    return phi.coalesce().to_sparse_csr(), phi_t.coalesce().to_sparse_csr()
+
+
+def make_optimizer(config: TrainConfig, params: list[torch.nn.Parameter], lr: float) -> torch.optim.Optimizer:
+    """Adagrad (paper) or Adam over `params`."""
+    if config.optimizer == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    return torch.optim.Adagrad(params, lr=lr)
+
+
+def _tensors(t: RatingTriples) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return torch.from_numpy(t.users), torch.from_numpy(t.items), torch.from_numpy(t.ratings)
+
+
+class PartyTrainer:
+    """One party's training state: local graph, private item parameters and their optimizer state."""
+
+    def __init__(self, *, config: TrainConfig, data: PartyData, seed: int) -> None:
+        self.config, self.data, self.seed = config, data, seed
+        self.party_id = data.party_id
+        self.arch = model_config(config)
+        tr = data.train
+        keep = tr.ratings >= config.thd  # only high ratings are graph edges; all ratings are targets
+        self.graph = BipartiteGraph.from_edges(torch.from_numpy(tr.users[keep]), torch.from_numpy(tr.items[keep]),
+                                               n_users=data.n_users, n_items=data.n_items,
+                                               levels=torch.from_numpy(self._levels(tr.ratings[keep])),
+                                               n_levels=max(1, config.rating_levels))
+        self.scale = data.total_items / max(1, data.n_items)
+        self.public: PublicModel = build_public(config=self.arch, n_users=data.n_users, seed=seed)
+        self.private: PrivateItems = build_private(config=self.arch, n_items=data.n_items,
+                                                   seed=seed * 1_000_003 + party_number(self.party_id) % 1_000_003)
+        self.optimizer = make_optimizer(config, list(self.private.parameters()), config.private_lr)
+        self._splits = {name: _tensors(data.split(name)) for name in SPLITS}
+        counts = np.bincount(tr.users, minlength=data.n_users).astype(np.float32)
+        self._user_counts = torch.from_numpy(counts)
+        self._item_counts = torch.from_numpy(np.bincount(tr.items, minlength=data.n_items).astype(np.float32))
+        self._spec: ProjectionSpec | None = None
+        self._phi: torch.Tensor | None = None
+        self._phi_sparse: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._forward: PartyForward | None = None
+        self._round: int | None = None
+        self._last: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def _levels(self, ratings: np.ndarray) -> np.ndarray:
+        """Rating level of each edge: the rating range cut into `rating_levels` equal steps."""
+        n = self.config.rating_levels
+        if n <= 1:
+            return np.zeros(ratings.shape[0], dtype=np.int64)
+        span = max(1e-9, self.data.rating_max - self.data.rating_min)
+        pos = np.rint((ratings - self.data.rating_min) / span * (n - 1))
+        return np.clip(pos, 0, n - 1).astype(np.int64)
+
+    # ---- projection -------------------------------------------------------------------
+    def _projection(self) -> ProjectionSpec:
+        if self._spec is None:
+            self._spec = shared_projection(self.config, self.data.n_users)
+            if self._spec.q * self._spec.n <= _DENSE_PHI_LIMIT:
+                self._phi = torch.from_numpy(projection_matrix(self._spec))
+            elif self._spec.kind == "sparse":
+                with warnings.catch_warnings():  # "sparse CSR is beta" is noise here
+                    warnings.simplefilter("ignore")
+                    self._phi_sparse = sparse_phi(self._spec)
+        return self._spec
+
+    def _project(self, x: torch.Tensor) -> np.ndarray:
+        spec = self._projection()
+        if self._phi is not None:
+            return (self._phi @ x).numpy()
+        if self._phi_sparse is not None:
+            return torch.sparse.mm(self._phi_sparse[0], x).numpy()
+        return project(spec, x.numpy())
+
+    def _reconstruct(self, y: np.ndarray) -> torch.Tensor:
+        spec = self._projection()
+        if self._phi is not None:
+            return self._phi.T @ torch.from_numpy(y)
+        if self._phi_sparse is not None:
+            return torch.sparse.mm(self._phi_sparse[1], torch.from_numpy(y))
+        return torch.from_numpy(reconstruct(spec, y))
+
+    # ---- round steps ----------------------------------------------------------------------
+    def begin_round(self, *, round_index: int, public: dict[str, np.ndarray]) -> None:
+        """Load this round's public parameters and start a fresh forward."""
+        self.public.load_arrays(public)
+        self.public.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=True)
+        self._round = round_index
+        self._forward = PartyForward(public=self.public, private=self.private, graph=self.graph, scale=self.scale)
+
+    def _require(self) -> PartyForward:
+        if self._forward is None:
+            raise ProtocolError(f"party {self.party_id}: no round in progress")
+        return self._forward
+
+    def layer_projection(self, *, layer: int) -> np.ndarray:
+        """Y_c^k = Φ X_c^k (float32 (q, D)); the raw X_c^k (N, D) when projection is disabled."""
+        fwd = self._require()
+        try:
+            own = fwd.contribution(layer).detach()
+        except ValueError as exc:
+            raise ProtocolError(str(exc)) from exc
+        out = self._project(own) if self.config.use_projection else own.numpy()
+        return np.ascontiguousarray(out, dtype=np.float32)
+
+    def receive_projection_sum(self, *, layer: int, others: np.ndarray) -> None:
+        """Take the relayed (participation-scaled) sum of the other parties' projections; compute layer k+1."""
+        fwd = self._require()
+        others_t = self._reconstruct(others) if self.config.use_projection else torch.from_numpy(others)
+        if others_t.shape != (self.data.n_users, self.arch.dim):
+            raise ProtocolError(f"others' aggregate has shape {tuple(others_t.shape)}")
+        try:
+            fwd.advance(layer, others_t.to(torch.float32))
+        except ValueError as exc:
+            raise ProtocolError(str(exc)) from exc
+
+    def finish_round(self) -> GradientUpload:
+        """Loss on own training ratings, private step, protected public gradients, metric sums."""
+        fwd = self._require()
+        try:
+            h_u, h_v = fwd.final()
+        except ValueError as exc:
+            raise ProtocolError(str(exc)) from exc
+        loss = self._loss(h_u, h_v)
+        loss.backward()
+        metrics = self._metrics(h_u.detach(), h_v.detach())
+        self.optimizer.step()
+        self._last = (h_u.detach(), h_v.detach())
+        grads = {name: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().numpy()
+                 for name, p in self.public.named_parameters()}
+        upload = self._protect(grads, loss=float(loss.detach()), metrics=metrics)
+        self._forward = None
+        return upload
+
+    def _loss(self, h_u: torch.Tensor, h_v: torch.Tensor) -> torch.Tensor:
+        """Σ (r̂ − r)² over own training ratings + per-rating L2 on h_u, h_v and the biases."""
+        users, items, ratings = self._splits["train"]
+        err = predict(self.public, self.private, h_u, h_v, users, items) - ratings
+        loss = (err * err).sum()
+        c, pub, prv = self.config, self.public, self.private
+        if c.reg > 0:
+            # on the final representations h (= e^0 for MF) so propagated layers are regularised too
+            loss = loss + c.reg * ((self._user_counts * h_u.pow(2).sum(1)).sum()
+                                   + (self._item_counts * h_v.pow(2).sum(1)).sum())
+        if c.weight_decay > 0:  # the user half is applied by the coordinator (it holds e_u^0)
+            loss = loss + c.weight_decay * prv.item_emb.pow(2).sum()
+        if c.reg_bias > 0:
+            loss = loss + c.reg_bias * ((self._user_counts * pub.user_bias.pow(2)).sum()
+                                        + (self._item_counts * prv.item_bias.pow(2)).sum())
+        return loss
+
+    @torch.no_grad()
+    def _metrics(self, h_u: torch.Tensor, h_v: torch.Tensor) -> dict[str, MetricSums]:
+        out = {}
+        for name, (users, items, ratings) in self._splits.items():
+            pred = predict(self.public, self.private, h_u, h_v, users, items)
+            err = pred.clamp(self.data.rating_min, self.data.rating_max) - ratings
+            out[name] = MetricSums(float((err * err).sum()), float(err.abs().sum()), int(ratings.shape[0]))
+        return out
+
+    def _protect(self, grads: dict[str, np.ndarray], *, loss: float, metrics: dict[str, MetricSums]) -> GradientUpload:
+        """Clip + ternary-quantize (privacy on) or send dense gradients (privacy off)."""
+        assert self._round is not None
+        if not self.config.use_quantization:
+            return GradientUpload(self.party_id, self._round, loss, dense=grads, metrics=metrics)
+        rng = np.random.default_rng([self.seed, party_number(self.party_id), self._round])
+        q = quantize_gradients(grads, clip_bound=self.config.clip_bound, r=self.config.r, rng=rng)
+        packed = {k: QuantizedArray(tuple(u.shape), float(u.r), np.asarray(u.indices, np.int64),
+                                    np.asarray(u.signs, np.int8)) for k, u in q.items()}
+        return GradientUpload(self.party_id, self._round, loss, quantized=packed, metrics=metrics)
+
+    # ---- state and serving ----------------------------------------------------------------
+    def state_dict(self) -> dict[str, object]:
+        """Private parameters and optimizer state (for resume)."""
+        return {"private": {k: v.detach().clone() for k, v in self.private.state_dict().items()},
+                "optimizer": copy.deepcopy(self.optimizer.state_dict()), "round": self._round}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        """Restore what `state_dict` returned."""
+        self.private.load_state_dict(state["private"])  # type: ignore[arg-type]
+        self.optimizer.load_state_dict(state["optimizer"])  # type: ignore[arg-type]
+        self._round = state["round"]  # type: ignore[assignment]
+        self._forward = None
+
+    def serving_model(self) -> dict[str, np.ndarray]:
+        """Final h_u (all users), h_v (own items) and biases from the latest completed forward."""
+        if self._last is None:
+            raise ProtocolError(f"party {self.party_id}: no completed round to serve")
+        h_u, h_v = self._last
+        out = {"user_repr": h_u.numpy(), "item_repr": h_v.numpy(),
+               "item_bias": self.private.item_bias.detach().numpy().copy()}
+        if self.arch.use_bias:
+            out["user_bias"] = self.public.user_bias.detach().numpy().copy()
+            out["global_bias"] = self.public.global_bias.detach().numpy().copy()
+        return out

@@ -1,0 +1,129 @@
+"""PartyTrainer / CoordinatorTrainer contract on a tiny federation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from services.coordinator.inprocess import InProcessFederation
+from services.coordinator.training import CoordinatorTrainer
+from services.errors import ProtocolError
+from services.party.training import PartyTrainer, shared_projection
+from services.protocol.training import PartyData, RatingTriples, TrainConfig
+
+
+def tiny_parties(seed: int = 0, n_users: int = 40, items: tuple[int, int] = (12, 8)) -> list[PartyData]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for k, m in enumerate(items):
+        def trip(n: int, m: int = m) -> RatingTriples:
+            return RatingTriples(rng.integers(0, n_users, n).astype(np.int64), rng.integers(0, m, n).astype(np.int64),
+                                 rng.integers(1, 6, n).astype(np.float32))
+        out.append(PartyData(f"p{k}", n_users, m, sum(items), trip(150), trip(30), trip(30)))
+    return out
+
+
+def federation(config: TrainConfig, parties: list[PartyData]) -> InProcessFederation:
+    coord = CoordinatorTrainer(config=config, n_users=parties[0].n_users,
+                               item_counts={p.party_id: p.n_items for p in parties}, global_mean=3.0)
+    return InProcessFederation(coordinator=coord, parties={p.party_id: PartyTrainer(config=config, data=p, seed=config.seed)
+                                                           for p in parties})
+
+
+@pytest.mark.parametrize("model", ["gcn", "gat", "ggnn", "mf"])
+def test_round_shapes_and_quantized_uploads(model: str) -> None:
+    cfg = TrainConfig(model=model, dim=4, layers=2, thd=1.0)
+    parties = tiny_parties()
+    party = PartyTrainer(config=cfg, data=parties[0], seed=0)
+    coord = CoordinatorTrainer(config=cfg, n_users=40, item_counts={"p0": 12, "p1": 8})
+    party.begin_round(round_index=0, public=coord.public_params())
+    q = shared_projection(cfg, 40).q
+    for k in range(cfg.layers if model != "mf" else 0):
+        y = party.layer_projection(layer=k)
+        assert y.shape == (q, 4) and y.dtype == np.float32
+        party.receive_projection_sum(layer=k, others=np.zeros_like(y))
+    up = party.finish_round()
+    assert up.quantized and not up.dense
+    for name, arr in up.quantized.items():
+        assert set(np.unique(arr.signs)) <= {-1, 1} and arr.r == 3.0
+        assert arr.shape == coord.public_params()[name].shape
+    assert up.metrics["train"].count == 150
+    metrics = coord.aggregate_and_step(uploads={"p0": up})
+    assert metrics.participants == ["p0"] and np.isfinite(metrics.rmse["test"])
+
+
+def test_out_of_order_calls_raise() -> None:
+    cfg = TrainConfig(model="gcn", dim=4, layers=2)
+    party = PartyTrainer(config=cfg, data=tiny_parties()[0], seed=0)
+    with pytest.raises(ProtocolError):
+        party.layer_projection(layer=0)
+    coord = CoordinatorTrainer(config=cfg, n_users=40, item_counts={"p0": 12, "p1": 8})
+    party.begin_round(round_index=0, public=coord.public_params())
+    with pytest.raises(ProtocolError):
+        party.layer_projection(layer=1)
+    with pytest.raises(ProtocolError):
+        party.finish_round()
+
+
+def test_relay_sums_others_with_participation_scale() -> None:
+    cfg = TrainConfig(model="gcn", dim=2)
+    coord = CoordinatorTrainer(config=cfg, n_users=10, item_counts={"a": 10, "b": 20, "c": 30})
+    ys = {"a": np.ones((2, 2), np.float32), "b": 2 * np.ones((2, 2), np.float32)}
+    out = coord.relay(layer=0, projections=ys)
+    # for a: others are b, c (50 items) but only b (20) took part → scale 50/20
+    assert np.allclose(out["a"], 2 * 50 / 20)
+    assert np.allclose(out["b"], 1 * 40 / 10)
+
+
+def test_same_seed_is_bit_identical_and_resume_works() -> None:
+    cfg = TrainConfig(model="gat", dim=4, layers=2, thd=1.0, alpha=0.5, seed=3)
+    runs = []
+    for _ in range(2):
+        fed = federation(cfg, tiny_parties())
+        runs.append([fed.run_round(t) for t in range(3)])
+        runs[-1].append(fed.coordinator.public_params())
+    assert [m.participants for m in runs[0][:3]] == [m.participants for m in runs[1][:3]]
+    assert all(np.array_equal(runs[0][3][k], runs[1][3][k]) for k in runs[0][3])
+    # resume: copy states into a fresh federation and continue identically
+    fed_a = federation(cfg, tiny_parties())
+    for t in range(2):
+        fed_a.run_round(t)
+    fed_b = federation(cfg, tiny_parties())
+    fed_b.coordinator.load_state_dict(fed_a.coordinator.state_dict())
+    for name, p in fed_a.parties.items():
+        fed_b.parties[name].load_state_dict(p.state_dict())
+    ma, mb = fed_a.run_round(2), fed_b.run_round(2)
+    assert ma.rmse == mb.rmse
+    assert all(np.array_equal(v, fed_b.coordinator.public_params()[k])
+               for k, v in fed_a.coordinator.public_params().items())
+
+
+def test_privacy_off_sends_dense_and_serving_model() -> None:
+    cfg = TrainConfig(model="ggnn", dim=3, layers=1, use_projection=False, use_quantization=False, thd=1.0)
+    fed = federation(cfg, tiny_parties())
+    m = fed.run_round(0)
+    assert m.upload_nonzeros == 0 and m.upload_bytes > 0
+    served = fed.parties["p1"].serving_model()
+    assert served["user_repr"].shape == (40, 3) and served["item_repr"].shape == (8, 3)
+
+
+def test_config_validation() -> None:
+    with pytest.raises(ValueError):
+        TrainConfig(r=0.1, clip_bound=0.5)
+    with pytest.raises(ValueError):
+        TrainConfig(bogus=1)  # type: ignore[call-arg]
+
+
+def test_cached_sparse_projection_matches_reference() -> None:
+    import torch
+
+    from services.crypto.projection import project, projection_spec, reconstruct
+    from services.party.training import sparse_phi
+
+    spec = projection_spec(seed=4, n=50, ratio=0.2, kind="sparse")
+    spec = type(spec)(seed=4, n=50, q=spec.q, kind="sparse", block=16)  # several column blocks
+    phi, phi_t = sparse_phi(spec)
+    x = np.random.default_rng(0).standard_normal((50, 3)).astype(np.float32)
+    y = torch.sparse.mm(phi, torch.from_numpy(x)).numpy()
+    assert np.allclose(y, project(spec, x), atol=1e-5)
+    assert np.allclose(torch.sparse.mm(phi_t, torch.from_numpy(y)).numpy(), reconstruct(spec, y), atol=1e-5)
