@@ -20,6 +20,7 @@ from cli.localfed import CoordinatorClient, coordinator_proc, load_party, party_
 from services.coordinator.reference import run_reference
 from services.data.movielens import load_ml100k
 from services.data.splits import vertical_split_dataset
+from services.evaluation.runner import PRESETS
 from services.protocol.training import TrainConfig
 
 
@@ -30,14 +31,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--split", default="u1")
     ap.add_argument("--parties", type=int, default=2)
     ap.add_argument("--model", default="gcn")
-    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=200)
+    ap.add_argument("--preset", default="tuned", choices=sorted(PRESETS),
+                    help="engine settings (services/evaluation/runner.py); fixed rounds, no early stopping")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--party-threads", type=int, default=1,
                     help="torch threads per party process (parties run in parallel on the same cores)")
     args = ap.parse_args(argv)
     ds = load_ml100k(args.data, split=args.split)
     parts = {f"party{k}": p for k, p in enumerate(vertical_split_dataset(ds, args.parties, seed=args.seed))}
-    cfg = {"model": args.model}
+    cfg = {k: v for k, v in PRESETS[args.preset].items() if k not in ("rounds", "patience")}
+    cfg |= {"model": args.model, "patience": args.rounds}  # fixed rounds: both runs do exactly --rounds
     config = TrainConfig(**cfg, seed=args.seed, rounds=args.rounds)
     torch.set_num_threads(args.party_threads)  # the same torch threads as each party process
     ref = run_reference(parties=parts, config=config, rounds=args.rounds)
@@ -70,10 +74,11 @@ def main(argv: list[str] | None = None) -> None:
                  for p in parts}
     print(json.dumps({
         "data": f"ml-100k/{args.split}", "parties": args.parties, "model": args.model, "rounds": args.rounds,
-        "seed": args.seed, "party_threads": args.party_threads, "seconds_inprocess": round(ref.seconds, 3), "seconds_http": round(seconds_http, 3),
+        "preset": args.preset, "seed": args.seed, "party_threads": args.party_threads, "seconds_inprocess": round(ref.seconds, 3), "seconds_http": round(seconds_http, 3),
         "ratio": round(seconds_http / ref.seconds, 3), "seconds_http_total_with_psi_and_setup": round(total, 3),
         "bytes_per_round_per_party": round(sum(per_party.values()) / len(per_party)),
         "bytes_per_round_by_party": {p: round(v) for p, v in per_party.items()},
+        "rounds_with_failures": sum(1 for r in rounds if r["failures"]),
         "rmse_inprocess": round(ref.test_rmse, 6), "rmse_http": round(rounds[-1]["metrics"]["test_rmse"], 6),
     }))
 
