@@ -35,18 +35,20 @@ def main() -> None:
     ap.add_argument("--epsilon", type=float, default=15.0)
     ap.add_argument("--delta", type=float, default=1e-4)
     ap.add_argument("--variants", default="dp,dp-forward,nodp,lightgcn,fusion-only")
+    ap.add_argument("--ema-decay", type=float, default=0.97, help="weight EMA of the rating party (0: off)")
     ap.add_argument("--key-bits", type=int, default=2048, help="0 skips the communication measurement")
     args = ap.parse_args()
     torch.set_num_threads(1)
     out: dict[str, object] = {"dataset": "filmtrust", "split": "random 80/10/10 (seeded)", "seeds": args.seeds,
-                              "epsilon": args.epsilon, "delta": args.delta, "user_batch": 64}
+                              "epsilon": args.epsilon, "delta": args.delta, "user_batch": 64,
+                              "ema_decay": args.ema_decay}
     model_cfg = FILMTRUST_MODEL
     per: dict[str, list[tuple[float, float]]] = {v: [] for v in args.variants.split(",")}
     privacy: dict[str, object] = {}
     t0 = time.time()
     for seed in range(args.seeds):
         data = index_dataset(load_filmtrust(args.data, seed=seed, ratios=(0.8, 0.1, 0.1)))
-        cfg = filmtrust_train_config(seed=seed, epochs=args.epochs)
+        cfg = filmtrust_train_config(seed=seed, epochs=args.epochs, ema_decay=args.ema_decay)
         for variant, scores in per.items():
             res = run_variant(data, variant=variant, model_config=model_cfg, config=cfg, epsilon=args.epsilon,
                               delta=args.delta)

@@ -84,3 +84,19 @@ def test_fit_reports_test_metrics_without_social_party() -> None:
     result = SocialTrainer(data, model_config=P4GCNConfig(dim=8, fusion=False, beta=0.0), config=cfg,
                            backend=None).fit()
     assert 0.0 < result.rmse < 3.5 and result.epochs_run == 3 and len(result.valid_history) == 3
+
+
+def test_weight_ema_is_evaluated_and_kept_while_live_weights_train() -> None:
+    data = _synthetic(1)
+    cfg = SocialTrainConfig(epochs=2, user_batch=20, lr=0.01, ema_decay=0.9)
+    trainer = SocialTrainer(data, model_config=P4GCNConfig(dim=8, fusion=False, beta=0.0), config=cfg, backend=None)
+    trainer.run_epoch()
+    live = trainer.model.gcn.user_emb.detach().clone()
+    ema = trainer._ema["gcn.user_emb"].clone()
+    assert not torch.allclose(live, ema)
+    trainer._evaluate_averaged(data.valid, None)
+    assert torch.equal(trainer.model.gcn.user_emb.detach(), live)  # live weights restored after evaluation
+    result = trainer.fit()
+    assert 0.0 < result.rmse < 3.5
+    with pytest.raises(pydantic.ValidationError):
+        SocialTrainConfig(ema_decay=1.0)
