@@ -61,7 +61,9 @@ def main(argv: list[str] | None = None) -> None:
             cc.register(pid, proc.url)
         started = time.perf_counter()
         run = cc.create_run(rounds=args.rounds, min_parties=args.parties, seed=args.seed, config=cfg)
-        status = cc.wait(run["run_id"], timeout=3600)
+        # Each status answer carries every round so far: polling it at 10 Hz costs the coordinator
+        # O(rounds) CPU per poll on the cores the parties train on, so poll slowly here.
+        status = cc.wait(run["run_id"], timeout=3600, poll_s=1.0)
         total = time.perf_counter() - started
     finally:
         for proc in [coord, *procs]:

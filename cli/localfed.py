@@ -179,8 +179,9 @@ class CoordinatorClient:
         return dict(resp.json())
 
     def wait(self, run_id: str, *, until: tuple[str, ...] = ("completed", "failed", "cancelled"),
-             timeout: float = 600, rounds_done: int | None = None, on_poll: Any = None) -> dict[str, Any]:
-        """Poll until the run reaches a state (or a number of completed rounds)."""
+             timeout: float = 600, rounds_done: int | None = None, on_poll: Any = None,
+             poll_s: float = 0.1) -> dict[str, Any]:
+        """Poll until the run reaches a state (or a number of completed rounds), every `poll_s` seconds."""
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -194,4 +195,4 @@ class CoordinatorClient:
                     return status
             if time.monotonic() > deadline:
                 raise TimeoutError(f"run {run_id} still {status and status['state']} after {timeout}s")
-            time.sleep(0.1)
+            time.sleep(poll_s)

@@ -205,9 +205,12 @@ class RunManager:
         while True:
             with self.sessions() as session:
                 run = runs.get(session=session, run_id=run_id)
-                history = runs.rounds_of(session=session, run_id=run_id)
+                # Early stopping needs the history (O(rounds) rows each round); it cannot trigger
+                # when patience reaches the run's length, so skip the read then.
+                stoppable = coord.config.patience < run.rounds_total
+                history = runs.rounds_of(session=session, run_id=run_id) if stoppable else []
             t = run.rounds_done
-            if t >= run.rounds_total or self._stalled(history, coord.config.patience):
+            if t >= run.rounds_total or (stoppable and self._stalled(history, coord.config.patience)):
                 return
             self._check(run_id)
             counter = TrafficCounter()

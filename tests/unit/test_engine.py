@@ -127,3 +127,29 @@ def test_cached_sparse_projection_matches_reference() -> None:
     y = torch.sparse.mm(phi, torch.from_numpy(x)).numpy()
     assert np.allclose(y, project(spec, x), atol=1e-5)
     assert np.allclose(torch.sparse.mm(phi_t, torch.from_numpy(y)).numpy(), reconstruct(spec, y), atol=1e-5)
+
+
+def test_party_data_order_does_not_depend_on_row_order() -> None:
+    """A database returns rows in any order; the engine's float sums must see one canonical order."""
+    from services.party.fed_store import build_party_data
+
+    rng = np.random.default_rng(3)
+    pairs = rng.choice(20 * 30, size=150, replace=False)
+    users = [f"u{p // 30}" for p in pairs]
+    items = [f"i{p % 30}" for p in pairs]
+    ratings = rng.integers(1, 6, size=150).astype(np.float32)
+    codes = rng.integers(0, 3, size=150).astype(np.int8)
+    uo, itemo = sorted(set(users)), sorted(set(items))
+    a = build_party_data(party_id="p0", user_order=uo, item_order=itemo, users=users, items=items, ratings=ratings,
+                         codes=codes, total_items=30, rating_min=1.0, rating_max=5.0)
+    perm = rng.permutation(150)
+    b = build_party_data(party_id="p0", user_order=uo, item_order=itemo, users=[users[k] for k in perm],
+                         items=[items[k] for k in perm], ratings=ratings[perm], codes=codes[perm], total_items=30,
+                         rating_min=1.0, rating_max=5.0)
+    for split in ("train", "valid", "test"):
+        x, y = a.split(split), b.split(split)
+        assert len(x.users) > 0
+        np.testing.assert_array_equal(x.users, y.users)
+        np.testing.assert_array_equal(x.items, y.items)
+        np.testing.assert_array_equal(x.ratings, y.ratings)
+        assert np.all(np.diff(x.users * 1000 + x.items) > 0)
