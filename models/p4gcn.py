@@ -12,24 +12,17 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from torch import nn
 
-from models.lightgcn import LightGCN, RatingDecoder
+from models.lightgcn import LightGCN, LightGCNConfig, RatingDecoder
 
 SocialActivation = Literal["identity", "relu", "tanh"]
 
 
-class P4GCNConfig(BaseModel):
-    """P4GCN hyper-parameters at the rating party (validated)."""
+class P4GCNConfig(LightGCNConfig):
+    """P4GCN hyper-parameters at the rating party: LightGCN's plus the social branch (validated)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    dim: int = Field(64, ge=1, le=1024)
-    layers: int = Field(2, ge=0, le=6)
-    init_std: float = Field(0.1, gt=0.0, le=1.0)
-    rating_min: float = 0.5
-    rating_max: float = 4.0
     social_activation: SocialActivation = "tanh"
     fusion: bool = True  # False: average with weight beta (the paper's ablation)
     beta: float = Field(0.1, ge=0.0)
