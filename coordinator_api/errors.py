@@ -9,17 +9,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from services.errors import (
-    Conflict,
-    CryptoError,
     DomainError,
-    NotFound,
-    PartyUnavailable,
-    ProtocolError,
-    ValidationFailed,
 )
-
-STATUS = {NotFound: 404, Conflict: 409, ValidationFailed: 422, ProtocolError: 409, CryptoError: 422,
-          PartyUnavailable: 502}
 
 
 class ApiError(Exception):
@@ -30,20 +21,12 @@ class ApiError(Exception):
         self.status, self.code, self.detail = status, code, detail
 
 
-def status_of(exc: DomainError) -> int:
-    """HTTP status for a domain error (most specific class wins)."""
-    for cls in type(exc).__mro__:
-        if cls in STATUS:
-            return STATUS[cls]
-    return 400
-
-
 def install(app: FastAPI) -> None:
     """Register the domain-error handler."""
 
     async def handle(_request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, DomainError)
-        return JSONResponse({"code": exc.code, "detail": exc.detail, **exc.extra}, status_code=status_of(exc))
+        return JSONResponse({"code": exc.code, "detail": exc.detail, **exc.extra}, status_code=exc.http_status)
 
     async def api(_request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ApiError)

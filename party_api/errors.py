@@ -11,23 +11,8 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from services.errors import (
-    Conflict,
-    CryptoError,
     DomainError,
-    NotFound,
-    PartyUnavailable,
-    ProtocolError,
-    ValidationFailed,
 )
-
-STATUS_BY_ERROR: list[tuple[type[DomainError], int]] = [
-    (NotFound, 404),
-    (Conflict, 409),  # includes PrivacyBudgetExhausted
-    (ValidationFailed, 422),
-    (ProtocolError, 409),
-    (CryptoError, 422),
-    (PartyUnavailable, 502),
-]
 
 
 class ApiError(Exception):
@@ -59,16 +44,9 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {status: {"model": ErrorRead} for status in statuses}
 
 
-def _status(exc: DomainError) -> int:
-    for cls, status in STATUS_BY_ERROR:
-        if isinstance(exc, cls):
-            return status
-    return 400
-
-
 async def _domain(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, DomainError)
-    return JSONResponse({"code": exc.code, "detail": exc.detail, **exc.extra}, _status(exc))
+    return JSONResponse({"code": exc.code, "detail": exc.detail, **exc.extra}, exc.http_status)
 
 
 async def _api(_: Request, exc: Exception) -> JSONResponse:
