@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -24,6 +23,8 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+
+from cli.localfed import free_port, wait_healthy
 
 ADMIN = "bench-admin-token"
 POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -55,11 +56,6 @@ def stream(chunks: list[bytes]) -> Iterator[bytes]:
     yield from chunks
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
 
 def start_party(
     database_url: str, batch_rows: int, log: Path
@@ -81,17 +77,12 @@ def start_party(
         stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        if proc.poll() is not None:
-            raise RuntimeError(f"party exited: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("party did not become ready")
+    try:
+        wait_healthy(url, timeout=60, proc=proc, log=log, path="/ready")
+    except RuntimeError:
+        proc.kill()
+        raise
+    return proc, url
 
 
 def load_through_party(url: str, bodies: list[list[bytes]]) -> float:

@@ -85,20 +85,20 @@ def start_all(procs: list[Proc], *, timeout: float = 90.0) -> None:
 
 
 def wait_healthy(url: str, *, timeout: float, proc: subprocess.Popen[bytes] | None = None,
-                 log: Path | None = None) -> None:
-    """Poll GET /health until it answers 200."""
+                 log: Path | None = None, path: str = "/health") -> None:
+    """Poll GET `path` (/health, or /ready for a migrated database) until it answers 200."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             tail = log.read_text()[-2000:] if log else ""
             raise RuntimeError(f"{url} exited with {proc.returncode}:\n{tail}")
         try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+            if httpx.get(f"{url}{path}", timeout=2).status_code == 200:
                 return
         except httpx.TransportError:
             pass
         time.sleep(0.1)
-    raise RuntimeError(f"{url} did not become healthy in {timeout}s")
+    raise RuntimeError(f"{url}{path} did not answer 200 in {timeout}s")
 
 
 def party_proc(party_id: str, root: Path, *, port: int | None = None,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -16,14 +15,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from cli.localfed import free_port, wait_healthy
+
 ADMIN = "kill-test-admin"
 HEADERS = {"Authorization": f"Bearer {ADMIN}", "Content-Type": "text/csv"}
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _start(
@@ -41,18 +37,12 @@ def _start(
     }
     proc = subprocess.Popen(command, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"party exited with {proc.returncode}: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    pytest.fail("party did not become ready")
+    try:
+        wait_healthy(url, timeout=60, proc=proc, log=log, path="/ready")
+    except RuntimeError as exc:
+        proc.kill()
+        pytest.fail(str(exc))
+    return proc, url
 
 
 def _batch(tag: str, n: int) -> bytes:
@@ -68,7 +58,7 @@ def _wal_state(db: Path) -> tuple[int, int]:
 
 @pytest.mark.slow
 def test_sigkill_mid_upload_keeps_committed_batches_only(tmp_path: Path) -> None:
-    db, log, port = tmp_path / "party.db", tmp_path / "party.log", _free_port()
+    db, log, port = tmp_path / "party.db", tmp_path / "party.log", free_port()
     proc, url = _start([sys.executable, "-m", "party_api"], db, port, log)
     try:
         with httpx.Client(base_url=url, headers=HEADERS, timeout=60) as client:
