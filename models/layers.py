@@ -29,21 +29,32 @@ def activation(name: Activation) -> nn.Module:
     return table[name]
 
 
-class GCNLayer(nn.Module):
-    """e^{k+1} = σ(W^k (e^k + n^k)), n_u = Σ_v e_v / sqrt(E_p(N_u) N_v)."""
+def _transform(dim: int, transform: bool) -> nn.Module:
+    """W^k, or the identity when the layer has no transform (LightGCN-style propagation)."""
+    return nn.Linear(dim, dim, bias=False) if transform else nn.Identity()
 
-    def __init__(self, dim: int, act: Activation) -> None:
+
+def _near_identity(weight: nn.Module, dim: int) -> None:
+    """Identity-plus-noise init keeps the propagated signal on the embeddings' scale."""
+    if isinstance(weight, nn.Linear):
+        with torch.no_grad():
+            weight.weight.copy_(torch.eye(dim) + torch.randn(dim, dim) * 0.01)
+
+
+class GCNLayer(nn.Module):
+    """e^{k+1} = σ(W^k (e^k + n^k)), n_u = Σ_v e_v / sqrt(E_p(N_u) N_v); W^k = I without transform."""
+
+    def __init__(self, dim: int, act: Activation, transform: bool = True) -> None:
         super().__init__()
         self.dim = dim
         self.act_name = act
-        self.weight = nn.Linear(dim, dim, bias=False)
+        self.weight = _transform(dim, transform)
         self.act = activation(act)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Identity-plus-noise init keeps the propagated signal on the embeddings' scale."""
-        with torch.no_grad():
-            self.weight.weight.copy_(torch.eye(self.dim) + torch.randn(self.dim, self.dim) * 0.01)
+        """Near-identity W^k."""
+        _near_identity(self.weight, self.dim)
 
     def contribution(self, gr: g.BipartiteGraph, users: torch.Tensor, items: torch.Tensor,
                      scale: float, coef: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -70,11 +81,11 @@ class GCNLayer(nn.Module):
 class GATLayer(nn.Module):
     """e^{k+1} = σ(W^k (b_uu e^k + Σ_v b_uv e_v)) with b̃ = LeakyReLU(a_s·e_u + a_n·e_v)."""
 
-    def __init__(self, dim: int, act: Activation) -> None:
+    def __init__(self, dim: int, act: Activation, transform: bool = True) -> None:
         super().__init__()
         self.dim = dim
         self.act_name = act
-        self.weight = nn.Linear(dim, dim, bias=False)
+        self.weight = _transform(dim, transform)
         self.att_self = nn.Parameter(torch.empty(dim))
         self.att_neigh = nn.Parameter(torch.empty(dim))
         self.act = activation(act)
@@ -82,8 +93,8 @@ class GATLayer(nn.Module):
 
     def reset_parameters(self) -> None:
         """Near-identity W, small attention vectors (start close to uniform attention)."""
+        _near_identity(self.weight, self.dim)
         with torch.no_grad():
-            self.weight.weight.copy_(torch.eye(self.dim) + torch.randn(self.dim, self.dim) * 0.01)
             nn.init.normal_(self.att_self, std=0.1 / math.sqrt(self.dim))
             nn.init.normal_(self.att_neigh, std=0.1 / math.sqrt(self.dim))
 
@@ -120,7 +131,7 @@ class GATLayer(nn.Module):
 class GGNNLayer(nn.Module):
     """e^{k+1} = GRU(e^k, n^k) with n_u = Σ_p (M_p/ΣM) · mean_{v ∈ N_p(u)} e_v (eq. 16, 28)."""
 
-    def __init__(self, dim: int, act: Activation) -> None:
+    def __init__(self, dim: int, act: Activation, transform: bool = True) -> None:
         super().__init__()
         self.dim = dim
         self.act_name = act  # the GRU has its own gates; kept for a uniform constructor
@@ -151,9 +162,9 @@ class GGNNLayer(nn.Module):
         return f"GGNNLayer(dim={self.dim})"
 
 
-def make_layer(kind: LayerKind, dim: int, act: Activation) -> nn.Module:
-    """Layer module by kind."""
+def make_layer(kind: LayerKind, dim: int, act: Activation, transform: bool = True) -> nn.Module:
+    """Layer module by kind (`transform=False` drops W^k of GCN/GAT; GGNN always has its GRU)."""
     table = {"gcn": GCNLayer, "gat": GATLayer, "ggnn": GGNNLayer}
     if kind not in table:
         raise ValueError(f"unknown layer kind {kind!r}")
-    return table[kind](dim, act)
+    return table[kind](dim, act, transform)

@@ -34,6 +34,7 @@ class VerFedGNNConfig(BaseModel):
     gate_init: float = Field(1.0, ge=0.0, le=1.0)
     init_std: float = Field(0.1, gt=0.0, le=1.0)
     rating_levels: int = Field(0, ge=0, le=64, description="0: plain edges; L: learnable weight per rating level")
+    transform: bool = Field(True, description="GCN/GAT layers apply W^k; False: LightGCN-style (W^k = I)")
 
     @property
     def n_layers(self) -> int:
@@ -53,7 +54,7 @@ class PublicModel(nn.Module):
         self.user_emb = nn.Parameter(torch.empty(n_users, d))
         self.user_bias = nn.Parameter(torch.empty(n_users))
         self.global_bias = nn.Parameter(torch.empty(1))
-        self.layers = nn.ModuleList([make_layer(config.kind, d, config.activation) for _ in range(k)])  # type: ignore[arg-type]
+        self.layers = nn.ModuleList([make_layer(config.kind, d, config.activation, config.transform) for _ in range(k)])  # type: ignore[arg-type]
         self.layer_weights = nn.Parameter(torch.empty(k + 1))
         self.gate = nn.Parameter(torch.empty(k))
         # learnable per-layer weight of each rating level in the aggregation (extension, off by default)

@@ -81,7 +81,8 @@ class CoordinatorTrainer:
 
     def _decode(self, upload: GradientUpload) -> dict[str, np.ndarray]:
         if upload.quantized:
-            return {k: ternary_dequantize(TernaryUpload(q.shape, q.r, q.indices, q.signs))
+            inv = np.float32(1.0 / self.config.grad_scale)
+            return {k: ternary_dequantize(TernaryUpload(q.shape, q.r, q.indices, q.signs)) * inv
                     for k, q in upload.quantized.items()}
         return {k: np.asarray(v, dtype=np.float32) for k, v in upload.dense.items()}
 
@@ -102,7 +103,8 @@ class CoordinatorTrainer:
         for k, p in params.items():
             p.grad = torch.from_numpy(total[k] * np.float32(scale))
         if self.config.weight_decay > 0:  # the L2 term of e_u^0 needs no party data: exact, no noise
-            params["user_emb"].grad += 2.0 * self.config.weight_decay * params["user_emb"].detach()
+            ramp = self.config.reg_factor(self.round_index)
+            params["user_emb"].grad += 2.0 * ramp * self.config.weight_decay * params["user_emb"].detach()
         self.optimizer.step()
         self.round_index += 1
         return self._summary(uploads, names)

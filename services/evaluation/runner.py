@@ -23,8 +23,11 @@ PRESETS: dict[str, dict[str, Any]] = {
                         "thd": 4.0, "q_ratio": 0.2, "r": 3.0, "alpha": 1.0, "clip_bound": 0.5, "rounds": 400,
                         "patience": 30},
     # Tuned on a held-out part of ML-100K u1.base (see docs/results-verfedgnn.md).
-    "tuned": {"dim": 32, "layers": 2, "activation": "identity", "optimizer": "adam", "lr": 0.01, "reg": 0.1,
-              "weight_decay": 20.0, "reg_bias": 0.1, "thd": 1.0, "rounds": 1000, "patience": 50},
+    # LightGCN-style layers (no W^k), L2 ramped in over 50 rounds, public gradients scaled by 0.05 before
+    # clipping and quantization (r = 3 and the clip bound are unchanged; see grad_scale).
+    "tuned": {"dim": 64, "layers": 2, "activation": "identity", "transform": False, "optimizer": "adam",
+              "lr": 0.01, "reg": 0.1, "weight_decay": 60.0, "reg_warmup": 50, "reg_bias": 0.1, "thd": 1.0,
+              "grad_scale": 0.05, "rounds": 1000, "patience": 50},
 }
 
 

@@ -51,7 +51,7 @@ def model_config(config: TrainConfig) -> VerFedGNNConfig:
     """The architecture part of a training config."""
     return VerFedGNNConfig(kind=config.model, dim=config.dim, layers=config.layers, activation=config.activation,
                            use_bias=config.use_bias, gate_init=config.gate_init, init_std=config.init_std,
-                           rating_levels=config.rating_levels)
+                           rating_levels=config.rating_levels, transform=config.transform)
 
 
 def shared_projection(config: TrainConfig, n_users: int) -> ProjectionSpec:
@@ -215,12 +215,13 @@ class PartyTrainer:
         err = predict(self.public, self.private, h_u, h_v, users, items) - ratings
         loss = (err * err).sum()
         c, pub, prv = self.config, self.public, self.private
+        ramp = c.reg_factor(self._round or 0)
         if c.reg > 0:
             # on the final representations h (= e^0 for MF) so propagated layers are regularised too
-            loss = loss + c.reg * ((self._user_counts * h_u.pow(2).sum(1)).sum()
+            loss = loss + ramp * c.reg * ((self._user_counts * h_u.pow(2).sum(1)).sum()
                                    + (self._item_counts * h_v.pow(2).sum(1)).sum())
         if c.weight_decay > 0:  # the user half is applied by the coordinator (it holds e_u^0)
-            loss = loss + c.weight_decay * prv.item_emb.pow(2).sum()
+            loss = loss + ramp * c.weight_decay * prv.item_emb.pow(2).sum()
         if c.reg_bias > 0:
             loss = loss + c.reg_bias * ((self._user_counts * pub.user_bias.pow(2)).sum()
                                         + (self._item_counts * prv.item_bias.pow(2)).sum())
@@ -241,7 +242,9 @@ class PartyTrainer:
         if not self.config.use_quantization:
             return GradientUpload(self.party_id, self._round, loss, dense=grads, metrics=metrics)
         rng = np.random.default_rng([self.seed, party_number(self.party_id), self._round])
-        q = quantize_gradients(grads, clip_bound=self.config.clip_bound, r=self.config.r, rng=rng)
+        gs = np.float32(self.config.grad_scale)
+        scaled = grads if gs == 1 else {k: v * gs for k, v in grads.items()}
+        q = quantize_gradients(scaled, clip_bound=self.config.clip_bound, r=self.config.r, rng=rng)
         packed = {k: QuantizedArray(tuple(u.shape), float(u.r), np.asarray(u.indices, np.int64),
                                     np.asarray(u.signs, np.int8)) for k, u in q.items()}
         return GradientUpload(self.party_id, self._round, loss, quantized=packed, metrics=metrics)

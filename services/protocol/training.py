@@ -28,16 +28,21 @@ class TrainConfig(BaseModel):
     gate_init: float = Field(1.0, ge=0.0, le=1.0, description="initial weight of other parties' aggregates")
     init_std: float = Field(0.1, gt=0.0, le=1.0)
     rating_levels: int = Field(0, ge=0, le=64, description="0: plain edges; L > 0: learnable weight per rating level")
+    transform: bool = Field(True, description="GCN/GAT layers apply W^k; False: LightGCN-style (W^k = I)")
     optimizer: Literal["adagrad", "adam"] = "adagrad"
     lr: float = Field(0.05, gt=0.0, description="learning rate of the public parameters (coordinator)")
     lr_private: float | None = Field(None, gt=0.0, description="learning rate of item parameters (default lr)")
     reg: float = Field(0.0, ge=0.0, description="L2 per training rating on the final h_u and h_v")
     weight_decay: float = Field(0.0, ge=0.0, description="uniform L2 on e^0: items at the party, users at the coordinator")
     reg_bias: float = Field(0.0, ge=0.0, description="L2 per training rating on user and item biases")
+    reg_warmup: int = Field(0, ge=0, description="rounds over which reg and weight_decay ramp up linearly from 0 "
+                            "(lets embeddings leave the zero saddle before strong L2 applies)")
     rounds: int = Field(200, ge=1)
     patience: int = Field(30, ge=1, description="early stopping: rounds without validation improvement")
     thd: float = Field(4.0, description="only ratings >= thd become graph edges")
     clip_bound: float = Field(0.5, gt=0.0)
+    grad_scale: float = Field(1.0, gt=0.0, description="public gradients are multiplied by this before clipping "
+                              "and quantization, and divided by it after aggregation")
     r: float = Field(3.0, gt=0.0, description="ternary quantization level (needs r >= clip_bound)")
     q_ratio: float = Field(0.2, gt=0.0, le=0.5, description="q = round(q_ratio · N)")
     projection_kind: Literal["gaussian", "sparse"] = "gaussian"
@@ -52,6 +57,10 @@ class TrainConfig(BaseModel):
         if self.use_quantization and self.r < self.clip_bound:
             raise ValueError(f"r={self.r} must be >= clip_bound={self.clip_bound} (r >= ||g||_inf)")
         return self
+
+    def reg_factor(self, round_index: int) -> float:
+        """Multiplier of the L2 terms in round `round_index` (linear warm-up, then 1)."""
+        return 1.0 if self.reg_warmup <= 0 else min(1.0, (round_index + 1) / self.reg_warmup)
 
     @property
     def private_lr(self) -> float:

@@ -206,8 +206,9 @@ def test_repeated_step_is_answered_from_the_cache(done: tuple[Federation, dict[s
 # The tuned preset's distinctive features (services/evaluation/runner.py PRESETS["tuned"]): Adam
 # amplifies last-bit differences of tiny gradients, so any order- or precision-dependent float sum
 # between the HTTP parties and the in-process reference shows here within a few rounds.
-ADAM_CONFIG: dict[str, Any] = {**TINY_CONFIG, "activation": "identity", "optimizer": "adam", "lr": 0.01,
-                               "reg": 0.1, "weight_decay": 20.0, "reg_bias": 0.1, "thd": 1.0}
+ADAM_CONFIG: dict[str, Any] = {**TINY_CONFIG, "activation": "identity", "transform": False, "optimizer": "adam",
+                               "lr": 0.01, "reg": 0.1, "weight_decay": 60.0, "reg_warmup": 10, "reg_bias": 0.1,
+                               "thd": 1.0, "grad_scale": 0.05}
 ADAM_ROUNDS = 25
 
 

@@ -153,3 +153,46 @@ def test_party_data_order_does_not_depend_on_row_order() -> None:
         np.testing.assert_array_equal(x.items, y.items)
         np.testing.assert_array_equal(x.ratings, y.ratings)
         assert np.all(np.diff(x.users * 1000 + x.items) > 0)
+
+
+def test_grad_scale_quantizes_scaled_gradient_and_coordinator_unscales() -> None:
+    from services.crypto.quantization import quantize_gradients, ternary_dequantize
+    from services.party.training import party_number
+    from services.protocol.training import QuantizedArray
+    parties = tiny_parties()
+    coord = CoordinatorTrainer(config=TrainConfig(dim=4, layers=1, thd=1.0), n_users=40,
+                               item_counts={"p0": 12, "p1": 8})
+
+    def one_round(cfg: TrainConfig) -> tuple[PartyTrainer, object]:
+        party = PartyTrainer(config=cfg, data=parties[0], seed=0)
+        party.begin_round(round_index=0, public=coord.public_params())
+        for k in range(cfg.layers):
+            party.layer_projection(layer=k)
+            party.receive_projection_sum(layer=k, others=np.zeros((40, 4), np.float32))
+        return party, party.finish_round()
+
+    base = dict(dim=4, layers=1, thd=1.0, use_projection=False)
+    _, dense = one_round(TrainConfig(**base, use_quantization=False))
+    scaled_cfg = TrainConfig(**base, grad_scale=0.05)
+    _, up = one_round(scaled_cfg)
+    rng = np.random.default_rng([0, party_number("p0"), 0])
+    expect = quantize_gradients({k: v * np.float32(0.05) for k, v in dense.dense.items()}, clip_bound=0.5, r=3.0,
+                                rng=rng)
+    for k, q in up.quantized.items():
+        assert isinstance(q, QuantizedArray)
+        assert np.array_equal(q.indices, expect[k].indices) and np.array_equal(q.signs, expect[k].signs)
+    decoded = CoordinatorTrainer(config=scaled_cfg, n_users=40, item_counts={"p0": 12, "p1": 8})._decode(up)
+    for k, v in decoded.items():
+        assert np.allclose(v, ternary_dequantize(expect[k]) / 0.05)
+
+
+def test_reg_warmup_ramps_l2_terms() -> None:
+    cfg = TrainConfig(reg_warmup=4)
+    assert [cfg.reg_factor(t) for t in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    assert TrainConfig().reg_factor(0) == 1.0
+    base = dict(dim=4, layers=1, thd=1.0, reg=0.5, weight_decay=5.0, use_projection=False, use_quantization=False)
+    losses = {}
+    for warm in (0, 10):
+        fed = federation(TrainConfig(**base, reg_warmup=warm), tiny_parties())
+        losses[warm] = fed.run_round(0).loss
+    assert losses[10] < losses[0]  # only 1/10 of the (positive) L2 terms in round 0

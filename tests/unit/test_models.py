@@ -83,13 +83,14 @@ def test_forward_rejects_out_of_order_layers() -> None:
         fwd.final()
 
 
-@pytest.mark.parametrize("kind", ["gcn", "gat", "ggnn"])
-def test_centralized_equals_vertical_with_one_party(kind: str) -> None:
+@pytest.mark.parametrize(("kind", "transform"), [("gcn", True), ("gat", True), ("ggnn", True),
+                                                ("gcn", False), ("gat", False)])
+def test_centralized_equals_vertical_with_one_party(kind: str, transform: bool) -> None:
     gen = torch.Generator().manual_seed(3)
     users = torch.randint(0, 6, (20,), generator=gen)
     items = torch.randint(0, 5, (20,), generator=gen)
     gr = g.BipartiteGraph.from_edges(users, items, n_users=6, n_items=5)
-    cfg = VerFedGNNConfig(kind=kind, dim=3, layers=2, activation="sigmoid")
+    cfg = VerFedGNNConfig(kind=kind, dim=3, layers=2, activation="sigmoid", transform=transform)
     pub = build_public(config=cfg, n_users=6, seed=0)
     prv = build_private(config=cfg, n_items=5, seed=1)
     central_u, central_v = CentralGNN(public=pub, items=prv, graph=gr)()
@@ -129,3 +130,14 @@ def test_biased_mf_and_metrics() -> None:
     assert mae(torch.tensor([1.0, 3.0]), torch.tensor([2.0, 5.0])) == pytest.approx(1.5)
     with pytest.raises(ValidationError):
         MFConfig(dim=2, unknown=1)  # type: ignore[call-arg]
+
+
+def test_layers_without_transform_have_no_weight_matrix() -> None:
+    with_w = build_public(config=VerFedGNNConfig(kind="gcn", dim=4, layers=2), n_users=3, seed=0)
+    without = build_public(config=VerFedGNNConfig(kind="gcn", dim=4, layers=2, transform=False), n_users=3, seed=0)
+    assert any(".weight" in k for k in with_w.arrays())
+    assert not any(k.startswith("layers.") for k in without.arrays())
+    # LightGCN-style GCN layer with identity activation: e^{k+1} = e^k + n^k exactly
+    layer = without.layers[0]
+    u, n = torch.randn(3, 4), torch.randn(3, 4)
+    assert torch.equal(layer.update_users(u, n, None), torch.sigmoid(u + n))
