@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from coordinator_api.deps import ManagerDep, SessionDep, require_admin
 from coordinator_api.errors import ERROR_RESPONSES
 from services.coordinator import runs
+from services.coordinator.runner import train_config
 from services.db.coordinator_tables import RoundRow, RunRow
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], dependencies=[Depends(require_admin)],
@@ -54,6 +55,7 @@ class TrainingRunRead(BaseModel):
     party_ids: list[str]
     n_users: int | None
     config: dict[str, Any]
+    privacy: dict[str, Any] = Field(description="effective privacy mechanisms and parameters (defaults included)")
     bytes_sent: dict[str, int]
     bytes_received: dict[str, int]
     rounds: list[RoundRead]
@@ -66,7 +68,8 @@ def _read(run: RunRow, rounds: list[RoundRow]) -> TrainingRunRead:
         run_id=run.run_id, state=run.state, detail=run.detail, rounds_total=run.rounds_total,
         rounds_done=run.rounds_done, current_round=min(run.rounds_done, run.rounds_total - 1),
         min_parties=run.min_parties, seed=run.seed, party_ids=run.party_ids, n_users=run.n_users,
-        config=run.config, bytes_sent=run.bytes_sent, bytes_received=run.bytes_received,
+        config=run.config, privacy=train_config(run.config, seed=run.seed, rounds=run.rounds_total).privacy_record(),
+        bytes_sent=run.bytes_sent, bytes_received=run.bytes_received,
         rounds=[RoundRead(round_index=r.round_index, participants=r.participants, failures=r.failures,
                           metrics=r.metrics, bytes_sent=r.bytes_sent, bytes_received=r.bytes_received,
                           seconds=r.seconds) for r in rounds],

@@ -58,6 +58,18 @@ class TrainConfig(BaseModel):
             raise ValueError(f"r={self.r} must be >= clip_bound={self.clip_bound} (r >= ||g||_inf)")
         return self
 
+    def privacy_record(self) -> dict[str, object]:
+        """The privacy mechanisms of this run and their effective parameters (defaults included)."""
+        return {
+            "projection": {"enabled": self.use_projection, "kind": self.projection_kind, "q_ratio": self.q_ratio,
+                           "nnz_per_column": self.nnz_per_column if self.projection_kind == "sparse" else None},
+            "quantization": {"enabled": self.use_quantization, "clip_bound": self.clip_bound, "r": self.r,
+                             "grad_scale": self.grad_scale,
+                             # (0, 1/r)-DP per unit of the quantized vector; scaling by s first gives s/r per raw unit
+                             "dp_delta_per_round": (self.grad_scale / self.r) if self.use_quantization else None},
+            "participation": {"alpha": self.alpha},
+        }
+
     def reg_factor(self, round_index: int) -> float:
         """Multiplier of the L2 terms in round `round_index` (linear warm-up, then 1)."""
         return 1.0 if self.reg_warmup <= 0 else min(1.0, (round_index + 1) / self.reg_warmup)

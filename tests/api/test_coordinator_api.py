@@ -75,6 +75,10 @@ def test_run_pauses_when_parties_are_unreachable_and_can_be_cancelled(coord: htt
         coord.post("/v1/parties", json={"party_id": pid, "url": _dead_url(), "token": "t"}).raise_for_status()
     run = coord.post("/v1/runs", json={"rounds": 3, "min_parties": 2, "config": TINY_CONFIG})
     assert run.status_code == 202 and run.json()["state"] == "pending"
+    privacy = run.json()["privacy"]  # every mechanism on by default, its parameters in the record
+    assert privacy["projection"]["enabled"] and privacy["projection"]["q_ratio"] == TINY_CONFIG["q_ratio"]
+    assert privacy["quantization"]["enabled"] and privacy["quantization"]["r"] == 3.0
+    assert privacy["quantization"]["clip_bound"] == 0.5 and privacy["participation"]["alpha"] == 1.0
     run_id = run.json()["run_id"]
     for _ in range(200):
         status = coord.get(f"/v1/runs/{run_id}").json()
