@@ -18,7 +18,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from services.evaluation.harness import build_federation, ensure_validation, run_protocol
-from services.evaluation.runner import PRESETS, load_dataset
+from services.evaluation.runner import PRESETS, load_dataset, preset_values
 from services.protocol.training import TrainConfig
 
 
@@ -42,7 +42,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     overrides = {k: json.loads(v) for k, v in (s.split("=", 1) for s in args.set)}
-    config = TrainConfig(**{**PRESETS[args.preset], "model": args.model, **overrides})
+    config = TrainConfig(**{**preset_values(args.preset, args.model), **overrides})
     res: dict[str, tuple[list[float], list[float]]] = {"centralized": ([], []), "federated": ([], [])}
     local: dict[str, tuple[list[float], list[float]]] = {}
     started = time.time()

@@ -20,7 +20,7 @@ from cli.localfed import CoordinatorClient, coordinator_proc, load_party, party_
 from services.coordinator.reference import run_reference
 from services.data.movielens import load_ml100k
 from services.data.splits import vertical_split_dataset
-from services.evaluation.runner import PRESETS
+from services.evaluation.runner import PRESETS, preset_values
 from services.protocol.training import TrainConfig
 
 
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     ds = load_ml100k(args.data, split=args.split)
     parts = {f"party{k}": p for k, p in enumerate(vertical_split_dataset(ds, args.parties, seed=args.seed))}
-    cfg = {k: v for k, v in PRESETS[args.preset].items() if k not in ("rounds", "patience")}
+    cfg = {k: v for k, v in preset_values(args.preset, args.model).items() if k not in ("rounds", "patience")}
     cfg |= {"model": args.model, "patience": args.rounds}  # fixed rounds: both runs do exactly --rounds
     config = TrainConfig(**cfg, seed=args.seed, rounds=args.rounds)
     torch.set_num_threads(args.party_threads)  # the same torch threads as each party process

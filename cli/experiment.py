@@ -11,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from cli.social_experiment import SOCIAL_PROTOCOL, run_social
 from services.evaluation.report import markdown_table, write_report
-from services.evaluation.runner import PRESETS, run_seeds
+from services.evaluation.runner import PRESETS, preset_values, run_seeds
 from services.protocol.training import RoundMetrics, TrainConfig
 
 PROTOCOL_SETS = {"all": ["centralized", "federated", "local"], "federated": ["federated"],
@@ -19,10 +19,9 @@ PROTOCOL_SETS = {"all": ["centralized", "federated", "local"], "federated": ["fe
 
 
 def build_config(preset: str | None, overrides: dict[str, Any]) -> TrainConfig:
-    """Preset values, then explicit overrides (None means 'not given')."""
-    base: dict[str, Any] = dict(PRESETS[preset]) if preset else {}
-    if preset is None and not base:
-        base = dict(PRESETS["tuned"])
+    """Preset values (with the preset's adjustments for the model), then explicit overrides (None: not given)."""
+    model = overrides.get("model") or "gcn"
+    base: dict[str, Any] = preset_values(preset or "tuned", model)
     base.update({k: v for k, v in overrides.items() if v is not None})
     return TrainConfig(**base)
 
