@@ -20,6 +20,7 @@ demo: venv
 	$(VENV)/bin/fedrec demo $(DEMO_ARGS)
 
 test: venv
+	$(PY) -m mypy services models party_api coordinator_api cli
 	$(PY) -m pytest -q
 
 bench-ingest: venv

@@ -45,7 +45,8 @@ def run(data: Annotated[Path, Opt(help="data set directory or file")],
         out: Annotated[Path, Opt(help="output directory")] = Path("var/experiment")) -> None:
     """Train and evaluate; writes results.md, results.json and valid_rmse.png under OUT."""
     if protocol == SOCIAL_PROTOCOL:  # hook: P4GCN rating party + social party (cli/social_experiment.py)
-        return run_social(data=data, seeds=seeds, out=out, epochs=rounds or 30)
+        run_social(data=data, seeds=seeds, out=out, epochs=rounds or 30)
+        return
     if preset is not None and preset not in PRESETS:
         raise typer.BadParameter(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
     if protocol not in PROTOCOL_SETS:

@@ -69,13 +69,17 @@ def run_round(
     if not keep(res, failed, "begin"):
         return RoundOutcome(None, sorted(alive), failures)
     for layer in range(coord.public.config.n_layers):
-        got, failed = fan_out(pool, alive, lambda c, k=layer: decode_array(
-            c.post_bytes(f"{base}/layers/{k}/projection{q}"), dtype=np.float32))
+        def projection(c: PartyClient, k: int = layer) -> np.ndarray:
+            return decode_array(c.post_bytes(f"{base}/layers/{k}/projection{q}"), dtype=np.float32)
+
+        got, failed = fan_out(pool, alive, projection)
         if not keep(got, failed, f"projection[{layer}]"):
             return RoundOutcome(None, sorted(alive), failures)
         relayed = coord.relay(layer=layer, projections=dict(sorted(got.items())))
-        res, failed = fan_out(pool, alive, lambda c, k=layer, down=relayed: c.post_bytes(
-            f"{base}/layers/{k}/others{q}", encode_array(down[c.party_id])))
+        def others(c: PartyClient, k: int = layer, down: dict[str, np.ndarray] = relayed) -> bytes:
+            return c.post_bytes(f"{base}/layers/{k}/others{q}", encode_array(down[c.party_id]))
+
+        res, failed = fan_out(pool, alive, others)
         if not keep(res, failed, f"others[{layer}]"):
             return RoundOutcome(None, sorted(alive), failures)
     uploads, failed = fan_out(pool, alive, lambda c: decode_upload(

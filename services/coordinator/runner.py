@@ -185,8 +185,10 @@ class RunManager:
             mean = sum(a.train_sum for a in answers.values()) / max(1, n)
             start = StartRequest(total_items=max(1, sum(counts.values())), item_counts=counts, global_mean=mean)
             body = start.model_dump()
-            _, failures = fan_out(self._pool, clients, lambda c, body=body: c.post_json(
-                f"/v1/federation/runs/{run_id}/start", body))
+            def start_party(c: PartyClient) -> Any:
+                return c.post_json(f"/v1/federation/runs/{run_id}/start", body)
+
+            _, failures = fan_out(self._pool, clients, start_party)
             if failures:
                 self._wait(run_id, runs.PAUSED, f"start waits for parties: {failures}")
                 continue

@@ -100,11 +100,12 @@ class CoordinatorTrainer:
                     raise ProtocolError(f"party {name}: unexpected gradient {k} {g.shape}")
                 total[k] += g
         self.optimizer.zero_grad(set_to_none=True)
-        for k, p in params.items():
-            p.grad = torch.from_numpy(total[k] * np.float32(scale))
+        grads = {k: torch.from_numpy(total[k] * np.float32(scale)) for k in params}
         if self.config.weight_decay > 0:  # the L2 term of e_u^0 needs no party data: exact, no noise
             ramp = self.config.reg_factor(self.round_index)
-            params["user_emb"].grad += 2.0 * ramp * self.config.weight_decay * params["user_emb"].detach()
+            grads["user_emb"] += 2.0 * ramp * self.config.weight_decay * params["user_emb"].detach()
+        for k, p in params.items():
+            p.grad = grads[k]
         self.optimizer.step()
         self.round_index += 1
         return self._summary(uploads, names)

@@ -129,7 +129,7 @@ def social_graph(
     if n < 2:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     # Out-degree: Pareto(alpha) tail with the requested mean, truncated at a sane maximum.
-    raw = rng.pareto(degree_exponent - 1.0, n) + 1.0
+    raw = np.asarray(rng.pareto(degree_exponent - 1.0, n), dtype=np.float64) + 1.0
     mean_raw = (
         (degree_exponent - 1.0) / (degree_exponent - 2.0)
         if degree_exponent > 2

@@ -283,9 +283,10 @@ def ndjson_batches(
         for k, line in enumerate(chunk):
             try:
                 records.append(json.loads(line))
-            except ValueError as exc:
+            except ValueError as exc:  # JSONDecodeError, or UnicodeDecodeError on bytes input
                 records.append(None)
-                errors.add(first + k, None, f"invalid JSON: {exc.msg}")
+                reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+                errors.add(first + k, None, f"invalid JSON: {reason}")
         yield records_batch(records, spec, errors=errors, first=first)
         first += len(chunk)
 

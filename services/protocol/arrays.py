@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import numpy as np
+import numpy.typing as npt
 
 from services.errors import ProtocolError
 
@@ -21,7 +22,7 @@ def encode_array(array: np.ndarray) -> bytes:
 def decode_array(
     data: bytes,
     *,
-    dtype: np.dtype | str | None = None,
+    dtype: npt.DTypeLike | None = None,
     shape: tuple[int | None, ...] | None = None,
     max_bytes: int = 1 << 31,
 ) -> np.ndarray:
