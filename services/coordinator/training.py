@@ -102,7 +102,7 @@ class CoordinatorTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         grads = {k: torch.from_numpy(total[k] * np.float32(scale)) for k in params}
         if self.config.weight_decay > 0:  # the L2 term of e_u^0 needs no party data: exact, no noise
-            ramp = self.config.reg_factor(self.round_index)
+            ramp = self.config.reg_factor(uploads[names[0]].round_index)  # the parties' round, same ramp
             grads["user_emb"] += 2.0 * ramp * self.config.weight_decay * params["user_emb"].detach()
         for k, p in params.items():
             p.grad = grads[k]
