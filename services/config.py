@@ -32,6 +32,10 @@ class PartySettings(BaseSettings):
     ingest_batch_rows: int = 50_000
     host: str = "127.0.0.1"
     port: int = 8001
+    # Social role: lifetime (epsilon, delta) of the social graph over all sessions (basic composition).
+    social_epsilon_total: float = Field(30.0, gt=0.0)
+    social_delta_total: float = Field(1e-3, gt=0.0, lt=1.0)
+    social_allow_no_dp: bool = False  # a peer may open noise-free sessions only if the owner allows it
 
     @model_validator(mode="after")
     def _secrets(self) -> "PartySettings":

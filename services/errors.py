@@ -59,6 +59,13 @@ class PrivacyBudgetExhausted(Conflict):
     code = "privacy_budget_exhausted"
 
 
+class PolicyRefused(DomainError):
+    """The request is well-formed but this party's own policy forbids it (e.g. noise-free products)."""
+
+    code = "policy_refused"
+    http_status = 403
+
+
 class PartyUnavailable(DomainError):
     """A party did not answer (timeout, connection refused, 5xx)."""
 

@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from party_api.deps import CoordinatorDep
 from party_api.errors import ApiError, error_responses
-from services.party.social_service import SocialService
+from services.party.social_service import SocialBudget, SocialService
 from services.protocol.social import SOCIAL_MEDIA_TYPE, SocialSessionCreate, SocialSessionRead
 
 MAX_BODY_BYTES = 64 << 20  # one X chunk of 256 rows x 64 cols at 3072 bits is ~12.6 MB
@@ -25,7 +25,10 @@ def get_social(request: Request) -> SocialService:
     with _create_lock:
         if getattr(state, "social", None) is None:
             min_bits = 512 if state.settings.dev_mode else 2048  # small keys only in dev/test
-            state.social = SocialService(sessions=state.sessionmaker, min_key_bits=min_bits)
+            s = state.settings
+            budget = SocialBudget(epsilon_total=s.social_epsilon_total, delta_total=s.social_delta_total,
+                                  allow_no_dp=s.social_allow_no_dp)
+            state.social = SocialService(sessions=state.sessionmaker, min_key_bits=min_bits, budget=budget)
     return state.social  # type: ignore[no-any-return]
 
 
@@ -53,6 +56,12 @@ router = APIRouter(prefix="/v1/social", tags=["social"], dependencies=[Coordinat
                    responses=error_responses(401, 403, 404, 409, 413, 422))
 
 
+@router.get("/budget", response_model=dict[str, Any])
+def budget(social: SocialDep) -> dict[str, Any]:
+    """The social graph's lifetime privacy ledger: ε and δ reserved by every session so far, and what remains."""
+    return social.budget_summary()
+
+
 def _octets(data: bytes) -> Response:
     return Response(content=data, media_type=SOCIAL_MEDIA_TYPE)
 
@@ -64,7 +73,10 @@ def _read(sid: str, party: Any) -> SocialSessionRead:
 
 @router.post("/sessions", response_model=SocialSessionRead, status_code=201)
 def open_session(body: SocialSessionCreate, social: SocialDep) -> SocialSessionRead:
-    """Open a session: L_sym over the aligned users, fresh frozen W_P2, DP noise calibrated to the plan."""
+    """Open a session: L_sym over the aligned users, fresh frozen W_P2, DP noise calibrated to the plan.
+
+    The session's (ε, δ) is reserved in the party's lifetime ledger first: 409 when it does not fit,
+    403 for a noise-free session unless the party allows them."""
     sid, party = social.open(request=body)
     return _read(sid, party)
 

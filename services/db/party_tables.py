@@ -99,3 +99,20 @@ class FederationState(PartyBase):
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now(), onupdate=func.now()
     )
+
+
+class PrivacyReservation(PartyBase):
+    """(epsilon, delta) reserved from this party's lifetime budget for one session of a mechanism.
+
+    Rows are only ever added: the ledger survives restarts, so a peer cannot reset the budget by
+    reopening sessions or by waiting for the service to restart.
+    """
+
+    __tablename__ = "privacy_reservations"
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True)
+    mechanism: Mapped[str] = mapped_column(String(64), index=True)
+    session_id: Mapped[str] = mapped_column(String(64), unique=True)
+    epsilon: Mapped[float] = mapped_column(Float)
+    delta: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

@@ -4,23 +4,75 @@ from __future__ import annotations
 
 import secrets
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from phe import PaillierPublicKey
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, aliased, sessionmaker
 
 from services.crypto.paillier_matrix import EncryptedMatrix, PackedResult
 from services.data.types import SocialLinks
-from services.db.party_tables import SocialLink, User
-from services.errors import NotFound, ProtocolError
+from services.db.party_tables import PrivacyReservation, SocialLink, User
+from services.errors import NotFound, PolicyRefused, PrivacyBudgetExhausted, ProtocolError
 from services.party.social import SocialParty, SocialPartyConfig
 from services.party.social_graph import adjacency_from_links
 from services.party.social_paillier import paillier_social_party
 from services.protocol.social import SocialSessionCreate, decode_users, unframe
 
 MAX_SESSIONS = 8
+MECHANISM = "social-products"
+MECHANISM_NO_DP = "social-products-no-dp"
+
+
+@dataclass(frozen=True)
+class SocialBudget:
+    """The social graph's lifetime privacy budget over all sessions (basic composition: ε and δ add up)."""
+
+    epsilon_total: float = 30.0
+    delta_total: float = 1e-3
+    allow_no_dp: bool = False
+
+
+def budget_summary(session: Session, budget: SocialBudget) -> dict[str, Any]:
+    """Reserved and remaining (ε, δ) of the ledger, with one row per session."""
+    rows = session.scalars(select(PrivacyReservation).order_by(PrivacyReservation.id)).all()
+    eps = sum(r.epsilon for r in rows if r.mechanism == MECHANISM)
+    dlt = sum(r.delta for r in rows if r.mechanism == MECHANISM)
+    return {"epsilon_total": budget.epsilon_total, "delta_total": budget.delta_total,
+            "epsilon_reserved": eps, "delta_reserved": dlt,
+            "epsilon_remaining": max(0.0, budget.epsilon_total - eps),
+            "delta_remaining": max(0.0, budget.delta_total - dlt),
+            "noise_free_sessions_allowed": budget.allow_no_dp,
+            "sessions": [{"session_id": r.session_id, "mechanism": r.mechanism, "epsilon": r.epsilon,
+                          "delta": r.delta, "created_at": r.created_at.isoformat() if r.created_at else None}
+                         for r in rows]}
+
+
+def reserve(session: Session, *, budget: SocialBudget, session_id: str, epsilon: float, delta: float,
+            dp_enabled: bool) -> None:
+    """Add a session's (ε, δ) to the ledger, or refuse (403 noise-free not allowed, 409 budget spent)."""
+    if not dp_enabled:
+        if not budget.allow_no_dp:
+            raise PolicyRefused("this social party does not serve noise-free products (dp_enabled=false)",
+                                extra={"field": "dp_enabled"})
+        session.add(PrivacyReservation(mechanism=MECHANISM_NO_DP, session_id=session_id, epsilon=0.0, delta=0.0))
+        session.commit()
+        return
+    eps, dlt = session.execute(
+        select(func.coalesce(func.sum(PrivacyReservation.epsilon), 0.0),
+               func.coalesce(func.sum(PrivacyReservation.delta), 0.0))
+        .where(PrivacyReservation.mechanism == MECHANISM)).one()
+    if eps + epsilon > budget.epsilon_total + 1e-12 or dlt + delta > budget.delta_total + 1e-15:
+        raise PrivacyBudgetExhausted(
+            f"the social graph's lifetime budget cannot cover this session: ε {eps:g} of {budget.epsilon_total:g} "
+            f"and δ {dlt:g} of {budget.delta_total:g} already reserved",
+            extra={"epsilon_reserved": float(eps), "epsilon_total": budget.epsilon_total,
+                   "epsilon_requested": epsilon, "delta_reserved": float(dlt), "delta_total": budget.delta_total,
+                   "delta_requested": delta})
+    session.add(PrivacyReservation(mechanism=MECHANISM, session_id=session_id, epsilon=epsilon, delta=delta))
+    session.commit()
 
 
 def load_links(session: Session) -> SocialLinks:
@@ -38,8 +90,9 @@ class SocialService:
     """Open sessions of one social party; each holds a SocialParty over the Paillier engine."""
 
     def __init__(self, *, sessions: sessionmaker[Session], min_key_bits: int = 2048, max_batch: int = 4096,
-                 workers: int = 1) -> None:
+                 workers: int = 1, budget: SocialBudget | None = None) -> None:
         self.sessions, self.min_key_bits, self.max_batch, self.workers = sessions, min_key_bits, max_batch, workers
+        self.budget = budget or SocialBudget()
         self._parties: dict[str, tuple[SocialParty, PaillierPublicKey, threading.Lock]] = {}
         self._lock = threading.Lock()
 
@@ -59,6 +112,13 @@ class SocialService:
                                       rng=np.random.default_rng(secrets.randbits(128)), workers=self.workers)
         sid = secrets.token_hex(16)
         with self._lock:
+            try:  # the ledger is written before the session exists: a refused session serves nothing
+                with self.sessions() as s:
+                    reserve(s, budget=self.budget, session_id=sid, epsilon=request.epsilon, delta=request.delta,
+                            dp_enabled=request.dp_enabled)
+            except Exception:
+                self._close(party)
+                raise
             if len(self._parties) >= MAX_SESSIONS:
                 oldest = next(iter(self._parties))
                 self._close(self._parties.pop(oldest)[0])
@@ -119,6 +179,11 @@ class SocialService:
         delta = EncryptedMatrix.from_bytes(pk, payload)
         with lock:
             party.update_x(users, delta)
+
+    def budget_summary(self) -> dict[str, Any]:
+        """The social graph's lifetime ledger (reserved and remaining ε, δ; one row per session)."""
+        with self.sessions() as s:
+            return budget_summary(s, self.budget)
 
     def privacy(self, *, session_id: str) -> dict[str, Any]:
         """The session's privacy record."""

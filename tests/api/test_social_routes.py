@@ -39,7 +39,9 @@ def social(tmp_path: Path) -> Iterator[LiveServer]:
     """A live party with role=social (dev mode: small keys allowed) holding LINKS."""
     url = f"sqlite:///{tmp_path / 'social.db'}"
     migrate(url)
-    app = create_app(party_settings(url, role="social", dev_mode=True))
+    # noise-free sessions allowed here so products can be compared exactly with the plaintext math
+    app = create_app(party_settings(url, role="social", dev_mode=True, social_allow_no_dp=True,
+                                    social_epsilon_total=1000.0))
     app.state.social_max_body_bytes = 1 << 20  # a small limit to test 413
     with live_server(app) as live:
         rows = [{"src_user_id": s, "dst_user_id": d, "weight": 1.0} for s, d in LINKS]
@@ -153,3 +155,34 @@ def test_trainer_runs_over_http(social: LiveServer, keys: PaillierSession) -> No
     result = SocialTrainer(data, model_config=P4GCNConfig(dim=DIM), config=cfg, backend=backend).fit()
     assert np.isfinite(result.rmse) and result.privacy["epochs"] == 2 and result.privacy["batches"] == 6
     assert result.privacy["epsilon_spent"] <= 15.0 and result.traffic["bytes_from_social"] > 0
+
+
+def _open(url: str, keys: PaillierSession, **kw: object) -> httpx.Response:
+    body: dict[str, object] = {"user_ids": USERS, "public_key_n": str(keys.public_key.n), "h_s": str(keys.h_s),
+                               "dim": DIM, "epsilon": 15.0, "delta": 1e-4, "planned_epochs": 2}
+    body.update(kw)
+    return httpx.post(f"{url}/v1/social/sessions", json=body, headers={"Authorization": f"Bearer {COORDINATOR}"},
+                      timeout=60)
+
+
+def test_lifetime_budget_is_persisted_and_refuses_new_sessions(tmp_path: Path, keys: PaillierSession) -> None:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    migrate(url)
+    settings = party_settings(url, role="social", dev_mode=True, social_epsilon_total=20.0)
+    auth = {"Authorization": f"Bearer {COORDINATOR}"}
+    with live_server(create_app(settings)) as live:
+        assert _open(live.url, keys, epsilon=15.0).status_code == 201
+        refused = _open(live.url, keys, epsilon=15.0)
+        assert refused.status_code == 409 and refused.json()["code"] == "privacy_budget_exhausted"
+        assert refused.json()["epsilon_reserved"] == 15.0 and refused.json()["epsilon_total"] == 20.0
+        noise_free = _open(live.url, keys, dp_enabled=False)  # the owner did not allow noise-free products
+        assert noise_free.status_code == 403 and noise_free.json()["field"] == "dp_enabled"
+        ledger = httpx.get(f"{live.url}/v1/social/budget", headers=auth).json()
+        assert ledger["epsilon_reserved"] == 15.0 and ledger["epsilon_remaining"] == 5.0
+        assert len(ledger["sessions"]) == 1
+    # a restart (new app, same database) does not give the budget back
+    with live_server(create_app(settings)) as live:
+        assert httpx.get(f"{live.url}/v1/social/budget", headers=auth).json()["epsilon_reserved"] == 15.0
+        assert _open(live.url, keys, epsilon=15.0).status_code == 409
+        assert _open(live.url, keys, epsilon=5.0).status_code == 201
+        assert httpx.get(f"{live.url}/v1/social/budget", headers=auth).json()["epsilon_remaining"] == 0.0

@@ -74,6 +74,22 @@ def test_migrations_reach_head_and_are_idempotent(database_url: str) -> None:
         engine.dispose()
 
 
+def test_migrations_match_the_table_models(database_url: str) -> None:
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    from services.db.base import PartyBase
+
+    migrate(database_url)
+    engine = make_engine(database_url)
+    try:
+        with engine.connect() as connection:
+            context = MigrationContext.configure(connection, opts={"version_table": "alembic_version_party"})
+            assert compare_metadata(context, PartyBase.metadata) == []
+    finally:
+        engine.dispose()
+
+
 def test_csv_ingest_maps_external_ids_and_upserts(sessions: Sessions, engine: Engine) -> None:
     report = load(
         sessions, "user_id,item_id,rating,timestamp\nu1,i1,4,100\nu1,i2,5,101\nu2,i1,3,102\n"
