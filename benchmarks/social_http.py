@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cli.localfed import free_port, wait_healthy
+from cli.localfed import ADMIN, COORD_TOKEN, party_proc
 from services.data.filmtrust import load_filmtrust
 from services.evaluation.social import (
     FILMTRUST_MODEL,
@@ -35,27 +33,6 @@ from services.evaluation.social import (
 )
 from services.party.social_http import HttpSocialBackend
 from services.party.social_paillier import PaillierSession
-
-ADMIN, PEER = "bench-social-admin", "bench-social-peer"
-
-
-def start_social_party(root: Path, workers_env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
-    """A real social party process (migrations, then uvicorn), waited on until ready."""
-    port = free_port()
-    env = {**os.environ, **workers_env, "PARTY_DATABASE_URL": f"sqlite:///{root / 'social.db'}",
-           "PARTY_ROLE": "social", "PARTY_ADMIN_TOKEN": ADMIN, "PARTY_COORDINATOR_TOKEN": PEER,
-           "PARTY_PORT": str(port), "PARTY_PARTY_ID": "social"}
-    log = root / "social.log"
-    proc = subprocess.Popen([sys.executable, "-m", "party_api"], env=env, stdout=log.open("wb"),
-                            stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, timeout=120, proc=proc, log=log, path="/ready")
-    except RuntimeError:
-        proc.kill()
-        raise
-    return proc, url
-
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
@@ -70,10 +47,11 @@ def main() -> None:
     assert ds.social is not None
     cfg = filmtrust_train_config(seed=args.seed, epochs=args.epochs).model_copy(update={"patience": args.epochs})
     root = Path(tempfile.mkdtemp(prefix="fedrec-social-"))
-    extra = {"OMP_NUM_THREADS": "1"}
+    extra = {"PARTY_ROLE": "social"}
     if args.key_bits < 2048:  # the social party accepts small keys only in dev mode (smoke runs)
         extra["PARTY_DEV_MODE"] = "true"
-    proc, url = start_social_party(root, extra)
+    proc = party_proc("social", root, extra_env=extra).start(timeout=120)
+    url = proc.url
     try:
         rows = [{"src_user_id": str(s), "dst_user_id": str(d), "weight": float(w)}
                 for s, d, w in zip(ds.social.src, ds.social.dst, ds.social.weight)]
@@ -82,15 +60,14 @@ def main() -> None:
         t_key = time.perf_counter()
         keys = PaillierSession.generate(args.key_bits)
         key_seconds = time.perf_counter() - t_key
-        backend = HttpSocialBackend(base_url=url, token=PEER, session=keys, user_ids=[str(u) for u in data.user_ids],
+        backend = HttpSocialBackend(base_url=url, token=COORD_TOKEN, session=keys, user_ids=[str(u) for u in data.user_ids],
                                     epsilon=15.0, delta=1e-4, planned_epochs=args.epochs, dim=FILMTRUST_MODEL.dim)
         t0 = time.perf_counter()
         enc = SocialTrainer(data, model_config=FILMTRUST_MODEL, config=cfg, backend=backend).fit()
         seconds = time.perf_counter() - t0
         keys.close()
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        proc.stop()
     plain = run_variant(data, variant="dp", model_config=FILMTRUST_MODEL, config=cfg)
     out = {"dataset": "filmtrust", "seed": args.seed, "epochs": args.epochs, "key_bits": args.key_bits,
            "users": int(data.n_users), "rmse_encrypted": round(enc.rmse, 4),
