@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     ds = load_ml100k(args.data, split=args.split)
     parts = {f"party{k}": p for k, p in enumerate(vertical_split_dataset(ds, args.parties, seed=args.seed))}
     cfg = {k: v for k, v in preset_values(args.preset, args.model).items() if k not in ("rounds", "patience")}
-    cfg |= {"model": args.model, "patience": args.rounds}  # fixed rounds: both runs do exactly --rounds
+    cfg |= {"patience": args.rounds}  # fixed rounds: both runs do exactly --rounds
     config = TrainConfig(**cfg, seed=args.seed, rounds=args.rounds)
     torch.set_num_threads(args.party_threads)  # the same torch threads as each party process
     ref = run_reference(parties=parts, config=config, rounds=args.rounds)

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import httpx
-import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -33,6 +32,7 @@ from services.evaluation.social import (
 )
 from services.party.social_http import HttpSocialBackend
 from services.party.social_paillier import PaillierSession
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
@@ -60,12 +60,15 @@ def main() -> None:
         t_key = time.perf_counter()
         keys = PaillierSession.generate(args.key_bits)
         key_seconds = time.perf_counter() - t_key
-        backend = HttpSocialBackend(base_url=url, token=COORD_TOKEN, session=keys, user_ids=[str(u) for u in data.user_ids],
-                                    epsilon=15.0, delta=1e-4, planned_epochs=args.epochs, dim=FILMTRUST_MODEL.dim)
-        t0 = time.perf_counter()
-        enc = SocialTrainer(data, model_config=FILMTRUST_MODEL, config=cfg, backend=backend).fit()
-        seconds = time.perf_counter() - t0
-        keys.close()
+        try:
+            backend = HttpSocialBackend(base_url=url, token=COORD_TOKEN, session=keys,
+                                        user_ids=[str(u) for u in data.user_ids], epsilon=15.0, delta=1e-4,
+                                        planned_epochs=args.epochs, dim=FILMTRUST_MODEL.dim)
+            t0 = time.perf_counter()
+            enc = SocialTrainer(data, model_config=FILMTRUST_MODEL, config=cfg, backend=backend).fit()
+            seconds = time.perf_counter() - t0
+        finally:
+            keys.close()
     finally:
         proc.stop()
     plain = run_variant(data, variant="dp", model_config=FILMTRUST_MODEL, config=cfg)

@@ -28,18 +28,28 @@ MECHANISM_NO_DP = "social-products-no-dp"
 
 @dataclass(frozen=True)
 class SocialBudget:
-    """The social graph's lifetime privacy budget over all sessions (basic composition: ε and δ add up)."""
+    """The social graph's lifetime privacy budget over all sessions (basic composition: ε and δ add up).
 
-    epsilon_total: float = 30.0
-    delta_total: float = 1e-3
-    allow_no_dp: bool = False
+    Values come from PartySettings (social_epsilon_total, social_delta_total, social_allow_no_dp)."""
+
+    epsilon_total: float
+    delta_total: float
+    allow_no_dp: bool
+
+
+def reserved(session: Session) -> tuple[float, float]:
+    """(ε, δ) reserved so far by sessions with DP."""
+    eps, dlt = session.execute(
+        select(func.coalesce(func.sum(PrivacyReservation.epsilon), 0.0),
+               func.coalesce(func.sum(PrivacyReservation.delta), 0.0))
+        .where(PrivacyReservation.mechanism == MECHANISM)).one()
+    return float(eps), float(dlt)
 
 
 def budget_summary(session: Session, budget: SocialBudget) -> dict[str, Any]:
     """Reserved and remaining (ε, δ) of the ledger, with one row per session."""
     rows = session.scalars(select(PrivacyReservation).order_by(PrivacyReservation.id)).all()
-    eps = sum(r.epsilon for r in rows if r.mechanism == MECHANISM)
-    dlt = sum(r.delta for r in rows if r.mechanism == MECHANISM)
+    eps, dlt = reserved(session)
     return {"epsilon_total": budget.epsilon_total, "delta_total": budget.delta_total,
             "epsilon_reserved": eps, "delta_reserved": dlt,
             "epsilon_remaining": max(0.0, budget.epsilon_total - eps),
@@ -60,16 +70,13 @@ def reserve(session: Session, *, budget: SocialBudget, session_id: str, epsilon:
         session.add(PrivacyReservation(mechanism=MECHANISM_NO_DP, session_id=session_id, epsilon=0.0, delta=0.0))
         session.commit()
         return
-    eps, dlt = session.execute(
-        select(func.coalesce(func.sum(PrivacyReservation.epsilon), 0.0),
-               func.coalesce(func.sum(PrivacyReservation.delta), 0.0))
-        .where(PrivacyReservation.mechanism == MECHANISM)).one()
+    eps, dlt = reserved(session)
     if eps + epsilon > budget.epsilon_total + 1e-12 or dlt + delta > budget.delta_total + 1e-15:
         raise PrivacyBudgetExhausted(
             f"the social graph's lifetime budget cannot cover this session: ε {eps:g} of {budget.epsilon_total:g} "
             f"and δ {dlt:g} of {budget.delta_total:g} already reserved",
-            extra={"epsilon_reserved": float(eps), "epsilon_total": budget.epsilon_total,
-                   "epsilon_requested": epsilon, "delta_reserved": float(dlt), "delta_total": budget.delta_total,
+            extra={"epsilon_reserved": eps, "epsilon_total": budget.epsilon_total,
+                   "epsilon_requested": epsilon, "delta_reserved": dlt, "delta_total": budget.delta_total,
                    "delta_requested": delta})
     session.add(PrivacyReservation(mechanism=MECHANISM, session_id=session_id, epsilon=epsilon, delta=delta))
     session.commit()
@@ -90,9 +97,9 @@ class SocialService:
     """Open sessions of one social party; each holds a SocialParty over the Paillier engine."""
 
     def __init__(self, *, sessions: sessionmaker[Session], min_key_bits: int = 2048, max_batch: int = 4096,
-                 workers: int = 1, budget: SocialBudget | None = None) -> None:
+                 workers: int = 1, budget: SocialBudget) -> None:
         self.sessions, self.min_key_bits, self.max_batch, self.workers = sessions, min_key_bits, max_batch, workers
-        self.budget = budget or SocialBudget()
+        self.budget = budget
         self._parties: dict[str, tuple[SocialParty, PaillierPublicKey, threading.Lock]] = {}
         self._lock = threading.Lock()
 
