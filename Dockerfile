@@ -19,6 +19,7 @@ print('\n'.join(d for d in deps if not d.startswith('torch')))" > /tmp/requireme
 
 COPY services ./services
 COPY models ./models
+COPY api_common ./api_common
 COPY party_api ./party_api
 COPY coordinator_api ./coordinator_api
 COPY cli ./cli

@@ -20,7 +20,7 @@ demo: venv
 	$(VENV)/bin/fedrec demo $(DEMO_ARGS)
 
 test: venv
-	$(PY) -m mypy services models party_api coordinator_api cli
+	$(PY) -m mypy services models api_common party_api coordinator_api cli
 	$(PY) -m pytest -q
 
 bench-ingest: venv

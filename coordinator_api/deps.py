@@ -1,15 +1,15 @@
-"""Dependencies of the coordinator API: settings, sessions, auth."""
+"""Dependencies of the coordinator API: settings, sessions, the run manager, auth."""
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials
 from sqlalchemy.orm import Session
 
-from coordinator_api.errors import ApiError
+from api_common.auth import admin_scheme, api_key_scheme, check_credential
 from services.config import CoordinatorSettings
 from services.coordinator.runner import RunManager
 
@@ -26,7 +26,7 @@ def get_session(request: Request) -> Iterator[Session]:
 
 
 def get_manager(request: Request) -> RunManager:
-    """The background run manager."""
+    """The background run manager (built and shut down by the app's lifespan)."""
     return request.app.state.manager  # type: ignore[no-any-return]
 
 
@@ -35,14 +35,19 @@ SessionDep = Annotated[Session, Depends(get_session)]
 ManagerDep = Annotated[RunManager, Depends(get_manager)]
 
 
-def require_admin(settings: SettingsDep, authorization: Annotated[str | None, Header()] = None) -> None:
-    """Bearer admin token (constant-time compare)."""
-    token = (authorization or "").removeprefix("Bearer ").strip()
-    if not token or not hmac.compare_digest(token, settings.admin_token or ""):
-        raise ApiError(401, "unauthorized", "admin bearer token required (Authorization: Bearer ...)")
+def require_admin(
+    settings: SettingsDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(admin_scheme)],
+) -> None:
+    """Admin token (`Authorization: Bearer ...`): registry and run routes."""
+    token = credentials.credentials if credentials else None
+    check_credential(token, [settings.admin_token], what="admin token", header="Authorization")
 
 
-def require_api_key(settings: SettingsDep, x_api_key: Annotated[str | None, Header()] = None) -> None:
-    """X-API-Key from the configured list."""
-    if not x_api_key or not any(hmac.compare_digest(x_api_key, k) for k in settings.api_keys):
-        raise ApiError(401, "unauthorized", "valid X-API-Key header required")
+def require_api_key(settings: SettingsDep, key: Annotated[str | None, Security(api_key_scheme)]) -> None:
+    """Serving API key (`X-API-Key` header): recommendation routes."""
+    check_credential(key, settings.api_keys, what="API key", header="X-API-Key")
+
+
+AdminDep = Depends(require_admin)
+ApiKeyDep = Depends(require_api_key)

@@ -6,18 +6,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from fastapi.routing import APIRoute
 
-from coordinator_api import errors
+from api_common.errors import install_error_handlers
+from api_common.openapi import operation_id
 from coordinator_api.routes import ROUTERS
 from services.config import CoordinatorSettings
 from services.coordinator.runner import RunManager
 from services.db.session import make_engine, make_sessionmaker
-
-
-def operation_id(route: APIRoute) -> str:
-    """Stable OpenAPI operation ids: "{tag}-{route name}"."""
-    return f"{route.tags[0]}-{route.name}" if route.tags else route.name
 
 
 def create_app(settings: CoordinatorSettings, *, resume: bool = True) -> FastAPI:
@@ -41,7 +36,7 @@ def create_app(settings: CoordinatorSettings, *, resume: bool = True) -> FastAPI
                   description="Orchestrates vertical federated GNN training between parties; merges serving.",
                   generate_unique_id_function=operation_id)
     app.state.settings = settings
-    errors.install(app)
+    install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)
     return app

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import Depends, Request, Security
-from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 
-from party_api.errors import ApiError
+from api_common.auth import admin_scheme, api_key_scheme, check_credential
 from services.config import PartySettings
 
-admin_scheme = HTTPBearer(scheme_name="AdminToken", auto_error=False, description="admin token")
 coordinator_scheme = HTTPBearer(
     scheme_name="CoordinatorToken", auto_error=False, description="coordinator credential"
 )
-api_key_scheme = APIKeyHeader(name="X-API-Key", scheme_name="ApiKey", auto_error=False)
 
 
 def get_settings(request: Request) -> PartySettings:
@@ -45,24 +42,13 @@ SessionDep = Annotated[Session, Depends(get_session)]
 SessionFactoryDep = Annotated[sessionmaker[Session], Depends(get_sessionmaker)]
 
 
-def _check(presented: str | None, accepted: list[str], what: str, header: str) -> None:
-    """401 without a credential, 403 with one that matches none of the accepted values."""
-    if not presented:
-        challenge = {"WWW-Authenticate": "Bearer"} if header == "Authorization" else None
-        raise ApiError(401, "unauthorized", f"missing {what} ({header} header)", challenge)
-    # Compare against every accepted value so timing reveals neither which nor how much matched.
-    matches = [hmac.compare_digest(presented.encode(), a.encode()) for a in accepted if a]
-    if not any(matches):
-        raise ApiError(403, "forbidden", f"wrong {what}")
-
-
 def require_admin(
     settings: SettingsDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Security(admin_scheme)],
 ) -> None:
     """Admin token (`Authorization: Bearer ...`): ingestion and admin routes."""
     token = credentials.credentials if credentials else None
-    _check(token, [settings.admin_token or ""], "admin token", "Authorization")
+    check_credential(token, [settings.admin_token], what="admin token", header="Authorization")
 
 
 def require_coordinator(
@@ -71,14 +57,15 @@ def require_coordinator(
 ) -> None:
     """Coordinator credential (`Authorization: Bearer ...`): federation routes only."""
     token = credentials.credentials if credentials else None
-    _check(token, [settings.coordinator_token or ""], "coordinator credential", "Authorization")
+    check_credential(token, [settings.coordinator_token], what="coordinator credential",
+                     header="Authorization")
 
 
 def require_api_key(
     settings: SettingsDep, key: Annotated[str | None, Security(api_key_scheme)]
 ) -> None:
     """Serving API key (`X-API-Key` header): prediction and recommendation routes."""
-    _check(key, settings.api_keys, "API key", "X-API-Key")
+    check_credential(key, settings.api_keys, what="API key", header="X-API-Key")
 
 
 AdminDep = Depends(require_admin)

@@ -6,17 +6,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from fastapi.routing import APIRoute
 
-from party_api.errors import install_error_handlers
+from api_common.errors import install_error_handlers
+from api_common.openapi import operation_id
 from party_api.routes import ROUTERS
 from services.config import PartySettings
 from services.db.session import make_engine, make_sessionmaker
-
-
-def operation_id(route: APIRoute) -> str:
-    """Stable OpenAPI operation ids: "{tag}-{route name}"."""
-    return f"{route.tags[0]}-{route.name}" if route.tags else route.name
 
 
 def create_app(settings: PartySettings) -> FastAPI:

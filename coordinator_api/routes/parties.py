@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from coordinator_api.deps import SessionDep, require_admin
-from coordinator_api.errors import ERROR_RESPONSES
+from api_common.errors import error_responses
+from coordinator_api.deps import AdminDep, SessionDep
 from services.coordinator import registry
 
-router = APIRouter(prefix="/v1/parties", tags=["parties"], dependencies=[Depends(require_admin)],
-                   responses=ERROR_RESPONSES)
+router = APIRouter(prefix="/v1/parties", tags=["parties"], dependencies=[AdminDep],
+                   responses=error_responses(401, 403, 404, 409, 422))
 
 
 class PartyCreate(BaseModel):

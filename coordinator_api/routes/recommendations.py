@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
-from coordinator_api.deps import ManagerDep, SessionDep, require_api_key
-from coordinator_api.errors import ERROR_RESPONSES
+from api_common.errors import error_responses
+from coordinator_api.deps import ApiKeyDep, ManagerDep, SessionDep
 from services.coordinator.fanout import merged_recommendations
 
-router = APIRouter(prefix="/v1/users", tags=["recommendations"], dependencies=[Depends(require_api_key)],
-                   responses=ERROR_RESPONSES)
+router = APIRouter(prefix="/v1/users", tags=["recommendations"], dependencies=[ApiKeyDep],
+                   responses=error_responses(401, 403, 404, 422, 502))
 
 
 class MergedItem(BaseModel):

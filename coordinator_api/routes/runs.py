@@ -5,17 +5,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from coordinator_api.deps import ManagerDep, SessionDep, require_admin
-from coordinator_api.errors import ERROR_RESPONSES
+from api_common.errors import error_responses
+from coordinator_api.deps import AdminDep, ManagerDep, SessionDep
 from services.coordinator import runs
 from services.coordinator.runner import train_config
 from services.db.coordinator_tables import RoundRow, RunRow
 
-router = APIRouter(prefix="/v1/runs", tags=["runs"], dependencies=[Depends(require_admin)],
-                   responses=ERROR_RESPONSES)
+router = APIRouter(prefix="/v1/runs", tags=["runs"], dependencies=[AdminDep],
+                   responses=error_responses(401, 403, 404, 409, 422, 502))
 
 
 class TrainingRunCreate(BaseModel):

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from party_api.deps import AdminDep, CoordinatorDep, SessionDep
-from party_api.errors import error_responses
+from api_common.errors import error_responses
 from services.errors import ProtocolError
 from services.party import fed_store
 from services.party.federation import FederationService

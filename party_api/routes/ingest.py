@@ -8,7 +8,7 @@ from fastapi import APIRouter, Header, Request
 
 from party_api.bodies import consume_in_thread
 from party_api.deps import AdminDep, SessionDep, SessionFactoryDep, SettingsDep
-from party_api.errors import ApiError, error_responses
+from api_common.errors import ApiError, error_responses
 from party_api.schemas import (
     IngestRead,
     InteractionBatchCreate,

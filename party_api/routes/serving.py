@@ -17,7 +17,7 @@ from party_api.deps import (
     coordinator_scheme,
     require_api_key,
 )
-from party_api.errors import error_responses
+from api_common.errors import error_responses
 from services.party import serving
 from services.party.serving import ModelCache
 

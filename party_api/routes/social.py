@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from party_api.deps import CoordinatorDep
-from party_api.errors import ApiError, error_responses
+from api_common.errors import ApiError, error_responses
 from services.party.social_service import SocialBudget, SocialService
 from services.protocol.social import SOCIAL_MEDIA_TYPE, SocialSessionCreate, SocialSessionRead
 

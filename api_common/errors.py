@@ -1,4 +1,10 @@
-"""One place that turns domain errors, auth failures and request validation into JSON bodies."""
+"""The one error dialect of both APIs: `{code, detail, field?, errors?, ...}` bodies from one set of handlers.
+
+Domain errors answer with their `http_status` and `{code, detail, **extra}`; refusals of the API
+layer itself (credentials, media type, body size) are `ApiError`s; request validation answers 422
+naming the row (1-based, for list bodies) and field of each problem; unknown routes answer 404/405
+in the same shape. Clients read every one of them back with `services.errors.raise_for`.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +13,16 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from services.errors import (
-    DomainError,
-)
+from services.errors import DomainError
+
+MAX_ROW_ERRORS = 20
 
 
 class ApiError(Exception):
-    """An HTTP-level refusal (credentials, media type) raised by the API layer itself."""
+    """An HTTP-level refusal (credentials, media type, body size) raised by the API layer itself."""
 
     def __init__(self, status: int, code: str, detail: str, headers: dict[str, str] | None = None):
         super().__init__(detail)
@@ -24,7 +30,7 @@ class ApiError(Exception):
 
 
 class RowErrorRead(BaseModel):
-    """One rejected row: 1-based data row (0 = header), field and reason."""
+    """One rejected row: 1-based data row (0 = header, null = not in a list), field and reason."""
 
     row: int | None
     field: str | None
@@ -32,10 +38,12 @@ class RowErrorRead(BaseModel):
 
 
 class ErrorRead(BaseModel):
-    """Body of every error response."""
+    """Body of every error response; domain errors may add fields (run_id, party_id, budget figures)."""
 
+    model_config = ConfigDict(extra="allow")
     code: str
     detail: str
+    field: str | None = None
     errors: list[RowErrorRead] | None = None
 
 
@@ -65,13 +73,13 @@ def _row_error(err: dict[str, Any]) -> dict[str, Any]:
 
 async def _request(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    errors = [_row_error(e) for e in exc.errors()][:20]
-    first = errors[0] if errors else {"reason": "invalid request"}
+    errors = [_row_error(e) for e in exc.errors()][:MAX_ROW_ERRORS]
+    first = errors[0] if errors else {"field": None, "reason": "invalid request"}
     where = f"row {first['row']}: " if first.get("row") else ""
     detail = (
         f"request rejected, nothing stored: {where}{first.get('field') or ''} {first['reason']}"
     )
-    body = {"code": "validation_failed", "detail": detail, "errors": errors}
+    body = {"code": "validation_failed", "detail": detail, "field": first.get("field"), "errors": errors}
     return JSONResponse(body, 422)
 
 
