@@ -5,12 +5,17 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 import httpx
 import typer
 from rich.console import Console
 from rich.table import Table
+
+from cli.http import checked
+from services.errors import Conflict, DomainError
 
 out = Console()
 err = Console(stderr=True)
@@ -25,11 +30,20 @@ def _client(url: str, token: str | None) -> httpx.Client:
     return httpx.Client(base_url=url.rstrip("/"), headers={"Authorization": f"Bearer {token}"}, timeout=60)
 
 
+@contextmanager
+def _reported() -> Iterator[None]:
+    """An error answer inside the block is printed as `code: detail` and ends the command (exit 1)."""
+    try:
+        yield
+    except DomainError as exc:
+        err.print(f"[red]{exc.extra.get('code', exc.code)}[/red] {exc.detail}")
+        raise typer.Exit(1) from exc
+
+
 def _check(resp: httpx.Response) -> dict[str, Any]:
-    if resp.status_code >= 400:
-        err.print(f"[red]HTTP {resp.status_code}[/red] {resp.text}")
-        raise typer.Exit(1)
-    return dict(resp.json()) if resp.content else {}
+    """The answer's JSON; an error answer is reported and ends the command."""
+    with _reported():
+        return dict(checked(resp))
 
 
 def serve(host: Annotated[str, typer.Option()] = "127.0.0.1", port: Annotated[int, typer.Option()] = 8000) -> None:
@@ -51,11 +65,12 @@ def register_party(
     party_token: Annotated[str, typer.Option(envvar="PARTY_COORDINATOR_TOKEN", help="credential the party expects")] = "",
 ) -> None:
     """Register a party (or re-point it if already registered)."""
-    with _client(url, token) as c:
-        resp = c.post("/v1/parties", json={"party_id": party_id, "url": party_url, "token": party_token})
-        if resp.status_code == 409:
-            resp = c.patch(f"/v1/parties/{party_id}", json={"url": party_url, "token": party_token})
-        out.print_json(data=_check(resp))
+    with _client(url, token) as c, _reported():
+        try:
+            party = checked(c.post("/v1/parties", json={"party_id": party_id, "url": party_url, "token": party_token}))
+        except Conflict:  # already registered: re-point it
+            party = checked(c.patch(f"/v1/parties/{party_id}", json={"url": party_url, "token": party_token}))
+    out.print_json(data=party)
 
 
 def create(

@@ -16,9 +16,11 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from cli.http import checked
 from cli.localfed import API_KEY, CoordinatorClient, coordinator_proc, load_party, party_proc
 from services.coordinator.reference import party_datas
 from services.data.types import Dataset
+from services.errors import DomainError
 from services.protocol.training import TrainConfig
 
 console = Console()
@@ -142,10 +144,11 @@ def _table(status: dict[str, Any], local: dict[str, float], central: float) -> N
 def _recommend(http: httpx.Client, url: str, parts: dict[str, Dataset]) -> None:
     users = sorted({str(u) for u in next(iter(parts.values())).train.user_ids.tolist()})[:3]
     for user in users:
-        resp = http.get(f"{url}/v1/users/{user}/recommendations", params={"k": 5}, headers={"X-API-Key": API_KEY})
-        body = resp.json()
-        if resp.status_code != 200:
-            console.print(f"user {user}: HTTP {resp.status_code} {body}")
+        try:
+            body = checked(http.get(f"{url}/v1/users/{user}/recommendations", params={"k": 5},
+                                    headers={"X-API-Key": API_KEY}))
+        except DomainError as exc:
+            console.print(f"user {user}: {exc.detail}")
             continue
         picks = ", ".join(f"{it['party_id']}/{it['item_id']} ({it['score']:.2f})" for it in body["items"])
         console.print(f"top-5 for user {user}: {picks}")

@@ -15,7 +15,9 @@ from typing import Any
 
 import httpx
 
+from cli.http import checked
 from services.data.types import Dataset, Ratings
+from services.errors import Conflict
 
 ADMIN = "local-admin-token"
 COORD_TOKEN = "local-coordinator-token"
@@ -137,12 +139,11 @@ def load_party(http: httpx.Client, url: str, ds: Dataset, *, admin: str = ADMIN)
     held = [(ds.test, "test")] + ([(ds.valid, "valid")] if ds.valid is not None else [])
     rows = _rows(ds.train) + [row for r, _ in held for row in _rows(r)]
     for start in range(0, len(rows), INGEST_CHUNK):
-        resp = http.post(f"{url}/v1/interactions", json={"rows": rows[start:start + INGEST_CHUNK]},
-                         headers=headers, timeout=300)
-        resp.raise_for_status()
+        checked(http.post(f"{url}/v1/interactions", json={"rows": rows[start:start + INGEST_CHUNK]},
+                          headers=headers, timeout=300))
     labels = [{"user_id": str(u), "item_id": str(i), "split": name}
               for r, name in held for u, i in zip(r.user_ids.tolist(), r.item_ids.tolist())]
-    http.put(f"{url}/v1/evaluation-split", json={"rows": labels}, headers=headers, timeout=300).raise_for_status()
+    checked(http.put(f"{url}/v1/evaluation-split", json={"rows": labels}, headers=headers, timeout=300))
     return len(rows)
 
 
@@ -159,24 +160,20 @@ class CoordinatorClient:
 
     def register(self, party_id: str, url: str, token: str = COORD_TOKEN) -> None:
         """Register (or re-point) a party."""
-        resp = self.http.post(f"{self.url}/v1/parties", headers=self._h(),
-                              json={"party_id": party_id, "url": url, "token": token})
-        if resp.status_code == 409:
-            resp = self.http.patch(f"{self.url}/v1/parties/{party_id}", headers=self._h(),
-                                   json={"url": url, "token": token})
-        resp.raise_for_status()
+        try:
+            checked(self.http.post(f"{self.url}/v1/parties", headers=self._h(),
+                                   json={"party_id": party_id, "url": url, "token": token}))
+        except Conflict:
+            checked(self.http.patch(f"{self.url}/v1/parties/{party_id}", headers=self._h(),
+                                    json={"url": url, "token": token}))
 
     def create_run(self, **body: Any) -> dict[str, Any]:
         """POST /v1/runs (202)."""
-        resp = self.http.post(f"{self.url}/v1/runs", headers=self._h(), json=body)
-        resp.raise_for_status()
-        return dict(resp.json())
+        return dict(checked(self.http.post(f"{self.url}/v1/runs", headers=self._h(), json=body)))
 
     def run(self, run_id: str) -> dict[str, Any]:
         """GET /v1/runs/{id}."""
-        resp = self.http.get(f"{self.url}/v1/runs/{run_id}", headers=self._h())
-        resp.raise_for_status()
-        return dict(resp.json())
+        return dict(checked(self.http.get(f"{self.url}/v1/runs/{run_id}", headers=self._h())))
 
     def wait(self, run_id: str, *, until: tuple[str, ...] = ("completed", "failed", "cancelled"),
              timeout: float = 600, rounds_done: int | None = None, on_poll: Any = None,

@@ -16,6 +16,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
+from services.errors import DomainError, raise_for
+
 err = Console(stderr=True)
 
 
@@ -89,14 +91,10 @@ def _chunk_body(header: list[str] | None, records: list[Any]) -> bytes:
     return out.getvalue().encode()
 
 
-def _explain(response: httpx.Response, offset: int) -> str:
+def _explain(status: int, error: DomainError, offset: int) -> str:
     """A refused chunk's errors with row numbers counted from the start of the file."""
-    try:
-        body = response.json()
-    except ValueError:
-        return f"HTTP {response.status_code}: {response.text[:500]}"
-    lines = [f"HTTP {response.status_code} {body.get('code')}: {body.get('detail')}"]
-    for e in body.get("errors") or []:
+    lines = [f"HTTP {status} {error.extra.get('code', error.code)}: {error.detail}"]
+    for e in error.extra.get("errors") or []:
         row = e.get("row")
         where = "header" if row == 0 else f"data row {offset + row}" if row else "body"
         lines.append(f"  {where}: {e.get('field') or ''} {e.get('reason')}")
@@ -136,14 +134,16 @@ def ingest(
         header, records = _rows(text, fmt, kind)
         while chunk := list(islice(records, chunk_rows)):
             response = client.post(endpoint, content=_chunk_body(header, chunk), headers=headers)
-            if response.status_code != 200:
+            try:
+                raise_for(response.status_code, response.content)
+            except DomainError as exc:
                 bar.stop()
                 err.print(
                     f"[red]chunk starting at data row {stored + 1} refused; nothing of it stored"
                 )
-                err.print(_explain(response, stored))
+                err.print(_explain(response.status_code, exc, stored))
                 err.print(f"{stored} rows stored before it (earlier chunks committed)")
-                raise typer.Exit(1)
+                raise typer.Exit(1) from exc
             stored += len(chunk)
             bar.update(task, completed=raw.tell())
     typer.echo(json.dumps({"rows": stored, "file": str(file), "endpoint": endpoint}))

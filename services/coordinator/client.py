@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from services.coordinator.registry import PartyEndpoint
-from services.errors import PartyUnavailable, ProtocolError
+from services.errors import PartyUnavailable, raise_for
 from services.protocol import PROTOCOL_VERSION
 from services.protocol.federation import FEDERATION_MEDIA_TYPE
 
@@ -65,7 +65,7 @@ class PartyClient:
         }
 
     def _send(self, path: str, body: bytes, content_type: str) -> httpx.Response:
-        """POST with retries on connection errors, timeouts and 5xx; 4xx is final (a protocol refusal)."""
+        """POST with retries on connection errors, timeouts and 5xx; a 4xx is final and raised as what it is."""
         url = f"{self.endpoint.url}{path}"
         last: str = ""
         for attempt in range(self.max_retries + 1):
@@ -82,12 +82,15 @@ class PartyClient:
             if resp.status_code >= 500:
                 last = f"HTTP {resp.status_code}: {resp.text[:200]}"
                 continue
-            if resp.status_code >= 400:
-                raise ProtocolError(f"party {self.party_id} refused {path}: HTTP {resp.status_code} "
-                                    f"{resp.text[:300]}", extra={"party_id": self.party_id})
+            self._raise_for(resp, path)
             return resp
         raise PartyUnavailable(f"party {self.party_id} unavailable at {path}: {last}",
                                extra={"party_id": self.party_id})
+
+    def _raise_for(self, resp: httpx.Response, path: str) -> None:
+        """A party's 4xx as the domain error it names (its 404 stays NotFound, its 422 ValidationFailed)."""
+        raise_for(resp.status_code, resp.content, source=f"party {self.party_id} refused {path}",
+                  extra={"party_id": self.party_id})
 
     def post_json(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
         """POST a JSON body, return the JSON answer."""
@@ -99,8 +102,8 @@ class PartyClient:
         return self._send(path, body, FEDERATION_MEDIA_TYPE).content
 
     def get_json(self, path: str, *, params: dict[str, Any] | None = None,
-                 headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
-        """GET (used by serving fan-out); returns status and JSON without raising on 4xx."""
+                 headers: dict[str, str] | None = None) -> dict[str, Any]:
+        """GET (used by serving fan-out) without retries; a 4xx is raised as the domain error it names."""
         try:
             resp = self.http.get(f"{self.endpoint.url}{path}", params=params, headers=headers,
                                  timeout=self.timeout_s)
@@ -111,4 +114,5 @@ class PartyClient:
         if resp.status_code >= 500:
             raise PartyUnavailable(f"party {self.party_id} answered HTTP {resp.status_code}",
                                    extra={"party_id": self.party_id})
-        return resp.status_code, (resp.json() if resp.content else {})
+        self._raise_for(resp, path)
+        return dict(resp.json()) if resp.content else {}

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 from services.coordinator import registry
 from services.coordinator.client import PartyClient, TrafficCounter
 from services.coordinator.rounds import fan_out
-from services.errors import NotFound, PartyUnavailable
+from services.errors import DomainError, NotFound, PartyUnavailable
 
 if TYPE_CHECKING:
     from services.coordinator.runner import RunManager
@@ -21,21 +21,29 @@ def merged_recommendations(*, session: Session, manager: RunManager, user_id: st
     clients = {p.party_id: PartyClient(p, http=manager.http, counter=counter, timeout_s=10.0, max_retries=0)
                for p in registry.list_parties(session=session) if p.enabled}
 
-    def ask(c: PartyClient) -> tuple[int, dict[str, Any]]:
-        return c.get_json(f"/v1/users/{user_id}/recommendations", params={"k": k},
-                          headers={"Authorization": f"Bearer {c.endpoint.token}"})
+    def ask(c: PartyClient) -> dict[str, Any] | str | None:
+        """The party's top-k; None when it does not know the user; a reason when it refused."""
+        try:
+            return c.get_json(f"/v1/users/{user_id}/recommendations", params={"k": k},
+                              headers={"Authorization": f"Bearer {c.endpoint.token}"})
+        except NotFound:
+            return None
+        except PartyUnavailable:
+            raise
+        except DomainError as exc:  # it answered (e.g. no model published yet): listed, not "unavailable"
+            return f"{exc.code}: {exc.detail}"
 
     answers, failures = fan_out(manager._pool, clients, ask)
     items: list[dict[str, Any]] = []
     unknown = 0
-    for pid, (status, body) in answers.items():
-        if status == 404:
+    for pid, body in answers.items():
+        if body is None:
             unknown += 1
-        elif status == 200:
+        elif isinstance(body, str):
+            failures[pid] = body
+        else:
             items += [{"party_id": pid, "item_id": it["item_id"], "score": it["score"], "fallback": body["fallback"]}
                       for it in body["items"]]
-        else:
-            failures[pid] = f"HTTP {status}: {body.get('detail', '')}"
     if not answers and failures:
         raise PartyUnavailable(f"no party answered: {failures}")
     if unknown and unknown == len(answers) and not failures:
