@@ -47,9 +47,8 @@ def main() -> None:
     assert ds.social is not None
     cfg = filmtrust_train_config(seed=args.seed, epochs=args.epochs).model_copy(update={"patience": args.epochs})
     root = Path(tempfile.mkdtemp(prefix="fedrec-social-"))
-    extra = {"PARTY_ROLE": "social"}
-    if args.key_bits < 2048:  # the social party accepts small keys only in dev mode (smoke runs)
-        extra["PARTY_DEV_MODE"] = "true"
+    # The social party refuses keys below its floor (2048 by default); smoke runs with small keys lower it.
+    extra = {"PARTY_ROLE": "social", "PARTY_PAILLIER_MIN_KEY_BITS": str(min(args.key_bits, 2048))}
     proc = party_proc("social", root, extra_env=extra).start(timeout=120)
     url = proc.url
     try:

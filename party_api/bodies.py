@@ -1,4 +1,4 @@
-"""Bridge a request's async body stream to a blocking file object read in a worker thread."""
+"""Request bodies: streamed to a blocking file object read in a worker thread, or read whole under a limit."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from collections.abc import Callable
 from typing import BinaryIO, TypeVar
 
 from starlette.requests import ClientDisconnect, Request
+
+from api_common.errors import ApiError
 
 T = TypeVar("T")
 QUEUE_CHUNKS = 64  # at most ~64 receive chunks buffered: the upload is never held in memory
@@ -75,3 +77,19 @@ async def consume_in_thread(request: Request, work: Callable[[BinaryIO], T]) -> 
         end = exc  # the worker sees the disconnect as a read error and rolls back
     await _put(reader, end, job)
     return await job
+
+
+async def read_limited_body(request: Request, *, limit: int) -> bytes:
+    """The whole body, refused with 413 past `limit` bytes (checked on the header and on the stream), 422 if empty."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        raise ApiError(413, "payload_too_large", f"body exceeds {limit} bytes")
+    chunks, size = [], 0
+    async for part in request.stream():
+        size += len(part)
+        if size > limit:
+            raise ApiError(413, "payload_too_large", f"body exceeds {limit} bytes")
+        chunks.append(part)
+    if size == 0:
+        raise ApiError(422, "validation_failed", "empty body")
+    return b"".join(chunks)

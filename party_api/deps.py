@@ -1,16 +1,24 @@
-"""Dependencies: settings, sessions, and the three credentials (admin, coordinator, API key)."""
+"""Dependencies: settings, sessions, the services the lifespan built, the three credentials, bodies."""
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Request, Security
+from fastapi import Depends, Header, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 
 from api_common.auth import admin_scheme, api_key_scheme, check_credential
+from api_common.errors import ApiError
+from party_api.bodies import read_limited_body
 from services.config import PartySettings
+from services.errors import ProtocolError
+from services.party.federation import FederationService
+from services.party.serving import ModelCache
+from services.party.social_service import SocialService
+from services.protocol import PROTOCOL_VERSION
 
 coordinator_scheme = HTTPBearer(
     scheme_name="CoordinatorToken", auto_error=False, description="coordinator credential"
@@ -37,9 +45,40 @@ def get_session(
         yield session
 
 
+def get_federation(request: Request) -> FederationService:
+    """The federation service the lifespan built."""
+    federation: FederationService = request.app.state.federation
+    return federation
+
+
+def get_model_cache(request: Request) -> ModelCache:
+    """The serving-model cache the lifespan built."""
+    cache: ModelCache = request.app.state.model_cache
+    return cache
+
+
+def get_social(request: Request) -> SocialService:
+    """The social service the lifespan built; 404 unless this party holds the social graph."""
+    social: SocialService | None = request.app.state.social
+    if social is None:
+        raise ApiError(404, "not_found", "this party does not hold a social graph (role != social)")
+    return social
+
+
 SettingsDep = Annotated[PartySettings, Depends(get_settings)]
 SessionDep = Annotated[Session, Depends(get_session)]
 SessionFactoryDep = Annotated[sessionmaker[Session], Depends(get_sessionmaker)]
+FedDep = Annotated[FederationService, Depends(get_federation)]
+CacheDep = Annotated[ModelCache, Depends(get_model_cache)]
+SocialDep = Annotated[SocialService, Depends(get_social)]
+
+
+async def read_social_body(request: Request, settings: SettingsDep) -> bytes:
+    """A social-product body within the party's size limit (413 past it, 422 when empty)."""
+    return await read_limited_body(request, limit=settings.social_max_body_bytes)
+
+
+SocialBodyDep = Annotated[bytes, Depends(read_social_body)]
 
 
 def require_admin(
@@ -68,6 +107,27 @@ def require_api_key(
     check_credential(key, settings.api_keys, what="API key", header="X-API-Key")
 
 
+def require_serving_caller(
+    settings: SettingsDep, key: Annotated[str | None, Security(api_key_scheme)],
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(coordinator_scheme)],
+) -> None:
+    """An app's X-API-Key, or the coordinator's bearer credential (recommendation fan-out)."""
+    token = bearer.credentials if bearer else None
+    if token and not key and hmac.compare_digest(token.encode(), (settings.coordinator_token or "").encode()):
+        return
+    require_api_key(settings, key)
+
+
+def require_protocol(x_fedrec_protocol: Annotated[str | None, Header()] = None) -> None:
+    """Refuse callers speaking another protocol version."""
+    if x_fedrec_protocol != PROTOCOL_VERSION:
+        raise ProtocolError(f"protocol version {x_fedrec_protocol!r} is not supported (this party speaks "
+                            f"{PROTOCOL_VERSION!r}; send the X-Fedrec-Protocol header)",
+                            extra={"field": "X-Fedrec-Protocol"})
+
+
 AdminDep = Depends(require_admin)
 CoordinatorDep = Depends(require_coordinator)
 ApiKeyDep = Depends(require_api_key)
+ServingCallerDep = Depends(require_serving_caller)
+ProtocolDep = Depends(require_protocol)

@@ -6,25 +6,44 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from sqlalchemy.orm import Session, sessionmaker
 
 from api_common.errors import install_error_handlers
 from api_common.openapi import operation_id
 from party_api.routes import ROUTERS
 from services.config import PartySettings
 from services.db.session import make_engine, make_sessionmaker
+from services.party.federation import FederationService
+from services.party.serving import ModelCache
+from services.party.social_service import SocialBudget, SocialService
+
+
+def social_service(settings: PartySettings, sessions: sessionmaker[Session]) -> SocialService | None:
+    """The social-product service of a party holding the social graph (None for a ratings party)."""
+    if settings.role != "social":
+        return None
+    budget = SocialBudget(epsilon_total=settings.social_epsilon_total, delta_total=settings.social_delta_total,
+                          allow_no_dp=settings.social_allow_no_dp)
+    return SocialService(sessions=sessions, min_key_bits=settings.paillier_min_key_bits, budget=budget)
 
 
 def create_app(settings: PartySettings) -> FastAPI:
-    """Build the app; the engine lives from lifespan start to end (migrations run beforehand)."""
+    """Build the app; lifespan owns the engine and the services (migrations run beforehand)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = make_engine(settings.database_url)
-        app.state.engine = engine
-        app.state.sessionmaker = make_sessionmaker(engine)
+        sessions = make_sessionmaker(engine)
+        app.state.engine, app.state.sessionmaker = engine, sessions
+        app.state.federation = FederationService(sessions=sessions, party_id=settings.party_id,
+                                                 rating_min=settings.rating_min, rating_max=settings.rating_max)
+        app.state.model_cache = ModelCache()
+        app.state.social = social = social_service(settings, sessions)
         try:
             yield
         finally:
+            if social is not None:
+                social.close_all()  # stops the sessions' Paillier worker processes
             engine.dispose()
 
     app = FastAPI(

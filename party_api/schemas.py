@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
@@ -116,3 +116,93 @@ class HealthRead(BaseModel):
     status: str
     party_id: str
     detail: str | None = None
+
+
+# ---- federation (coordinator credential) and evaluation labels (admin) ----------------------
+class PsiFinishResponse(BaseModel):
+    """Size of the aligned user set."""
+
+    n_users: int
+
+
+class PublishRequest(BaseModel):
+    """Publish the latest completed model for serving."""
+
+    model_config = ConfigDict(extra="forbid")
+    round_index: int = Field(ge=0)
+
+
+class PublishResponse(BaseModel):
+    """Version of the stored serving model."""
+
+    version: int
+
+
+class SplitRow(BaseModel):
+    """A held-out rating: (user, item) scored on `split` instead of trained on."""
+
+    model_config = ConfigDict(extra="forbid")
+    user_id: str = Field(min_length=1, max_length=255)
+    item_id: str = Field(min_length=1, max_length=255)
+    split: Literal["train", "valid", "test"]
+
+
+class SplitRequest(BaseModel):
+    """Evaluation labels (replace earlier labels; unlabelled ratings are training ratings)."""
+
+    model_config = ConfigDict(extra="forbid")
+    rows: list[SplitRow] = Field(max_length=5_000_000)
+
+
+class SplitResponse(BaseModel):
+    """How many labels are stored."""
+
+    rows: int
+
+
+# ---- serving (API key, or the coordinator's fan-out) ----------------------------------------
+class PairIn(BaseModel):
+    """One (user, item) pair to score."""
+
+    model_config = ConfigDict(extra="forbid")
+    user_id: str = Field(min_length=1, max_length=255)
+    item_id: str = Field(min_length=1, max_length=255)
+
+
+class PredictionRequest(BaseModel):
+    """A batch of pairs (items of this party)."""
+
+    model_config = ConfigDict(extra="forbid")
+    pairs: list[PairIn] = Field(min_length=1, max_length=10_000)
+
+
+class PredictionOut(BaseModel):
+    """A predicted rating; `fallback` is "popularity" for a user the model was not trained on."""
+
+    user_id: str
+    item_id: str
+    rating: float
+    fallback: str | None
+
+
+class PredictionResponse(BaseModel):
+    """Predictions in request order."""
+
+    predictions: list[PredictionOut]
+
+
+class RecommendedItem(BaseModel):
+    """An item and its score (predicted rating, or rating count for the popularity fallback)."""
+
+    item_id: str
+    score: float
+
+
+class RecommendationResponse(BaseModel):
+    """Top-K of this party's catalogue that the user has not rated."""
+
+    user_id: str
+    items: list[RecommendedItem]
+    fallback: str | None
+    model_version: int
+    run_id: str

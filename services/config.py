@@ -36,14 +36,20 @@ class PartySettings(BaseSettings):
     social_epsilon_total: float = Field(30.0, gt=0.0)
     social_delta_total: float = Field(1e-3, gt=0.0, lt=1.0)
     social_allow_no_dp: bool = False  # a peer may open noise-free sessions only if the owner allows it
+    # One X chunk of 256 rows x 64 cols at 3072 bits is ~12.6 MB; bigger social bodies are refused (413).
+    social_max_body_bytes: int = Field(64 << 20, ge=1)
+    # Shortest Paillier modulus a peer's key may have; dev mode defaults to 512 (small keys only in tests).
+    paillier_min_key_bits: int = Field(2048, ge=256)
 
     @model_validator(mode="after")
     def _secrets(self) -> "PartySettings":
-        """Fill dev secrets in dev mode; refuse to start without secrets otherwise."""
+        """Fill dev secrets (and the dev key-size floor) in dev mode; refuse to start without secrets otherwise."""
         if self.dev_mode:
             self.admin_token = self.admin_token or DEV_ADMIN_TOKEN
             self.coordinator_token = self.coordinator_token or DEV_COORDINATOR_TOKEN
             self.api_keys = self.api_keys or [DEV_API_KEY]
+            if "paillier_min_key_bits" not in self.model_fields_set:
+                self.paillier_min_key_bits = 512
         missing = [n for n in ("admin_token", "coordinator_token") if not getattr(self, n)]
         if missing:
             raise ValueError(f"missing secrets {missing}: set PARTY_ADMIN_TOKEN etc. or PARTY_DEV_MODE=1")

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-import threading
-from typing import Annotated, Literal
+from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from party_api.deps import AdminDep, CoordinatorDep, SessionDep
 from api_common.errors import error_responses
+from party_api.deps import AdminDep, CoordinatorDep, FedDep, ProtocolDep, SessionDep
+from party_api.schemas import (
+    PsiFinishResponse,
+    PublishRequest,
+    PublishResponse,
+    SplitRequest,
+    SplitResponse,
+)
 from services.errors import ProtocolError
 from services.party import fed_store
-from services.party.federation import FederationService
-from services.protocol import PROTOCOL_VERSION
 from services.protocol.federation import FEDERATION_MEDIA_TYPE
 from services.protocol.messages import (
     AckResponse,
@@ -24,32 +27,10 @@ from services.protocol.messages import (
     StartResponse,
 )
 
-_create_lock = threading.Lock()
-
-
-def get_federation(request: Request) -> FederationService:
-    """The app's federation service, created on first use from the app's sessions and settings."""
-    state = request.app.state
-    with _create_lock:
-        if getattr(state, "federation", None) is None:
-            s = state.settings
-            state.federation = FederationService(sessions=state.sessionmaker, party_id=s.party_id,
-                                                 rating_min=s.rating_min, rating_max=s.rating_max)
-    return state.federation  # type: ignore[no-any-return]
-
-
-def require_protocol(x_fedrec_protocol: Annotated[str | None, Header()] = None) -> None:
-    """Refuse callers speaking another protocol version."""
-    if x_fedrec_protocol != PROTOCOL_VERSION:
-        raise ProtocolError(f"protocol version {x_fedrec_protocol!r} is not supported (this party speaks "
-                            f"{PROTOCOL_VERSION!r}; send the X-Fedrec-Protocol header)", extra={"field": "X-Fedrec-Protocol"})
-
-
-FedDep = Annotated[FederationService, Depends(get_federation)]
 Attempt = Annotated[int, Query(ge=0, le=1_000_000)]
 
 router = APIRouter(prefix="/v1/federation", tags=["federation"],
-                   dependencies=[CoordinatorDep, Depends(require_protocol)],
+                   dependencies=[CoordinatorDep, ProtocolDep],
                    responses=error_responses(401, 403, 404, 409, 422))
 
 
@@ -68,12 +49,6 @@ async def psi_reblind(run_id: str, request: Request, fed: FedDep) -> Response:
     """Ring step of PSI: raise another party's points to this party's secret."""
     body = await request.body()
     return _octets(await run_in_threadpool(fed.psi_reblind, run_id=run_id, body=body))
-
-
-class PsiFinishResponse(BaseModel):
-    """Size of the aligned user set."""
-
-    n_users: int
 
 
 @router.post("/runs/{run_id}/psi/finish", response_model=PsiFinishResponse)
@@ -128,45 +103,10 @@ async def finish(run_id: str, round_index: int, attempt: Attempt, fed: FedDep) -
     return _octets(await run_in_threadpool(fed.finish, run_id=run_id, round_index=round_index, attempt=attempt))
 
 
-class PublishRequest(BaseModel):
-    """Publish the latest completed model for serving."""
-
-    model_config = ConfigDict(extra="forbid")
-    round_index: int = Field(ge=0)
-
-
-class PublishResponse(BaseModel):
-    """Version of the stored serving model."""
-
-    version: int
-
-
 @router.post("/runs/{run_id}/publish", response_model=PublishResponse)
 def publish(run_id: str, body: PublishRequest, fed: FedDep) -> PublishResponse:
     """Store the serving model of the run."""
     return PublishResponse(version=fed.publish(run_id=run_id, round_index=body.round_index))
-
-
-class SplitRow(BaseModel):
-    """A held-out rating: (user, item) scored on `split` instead of trained on."""
-
-    model_config = ConfigDict(extra="forbid")
-    user_id: str = Field(min_length=1, max_length=255)
-    item_id: str = Field(min_length=1, max_length=255)
-    split: Literal["train", "valid", "test"]
-
-
-class SplitRequest(BaseModel):
-    """Evaluation labels (replace earlier labels; unlabelled ratings are training ratings)."""
-
-    model_config = ConfigDict(extra="forbid")
-    rows: list[SplitRow] = Field(max_length=5_000_000)
-
-
-class SplitResponse(BaseModel):
-    """How many labels are stored."""
-
-    rows: int
 
 
 admin_router = APIRouter(prefix="/v1/evaluation-split", tags=["evaluation"], dependencies=[AdminDep],

@@ -2,55 +2,14 @@
 
 from __future__ import annotations
 
-import threading
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Query, Response
 from starlette.concurrency import run_in_threadpool
 
-from party_api.deps import CoordinatorDep
-from api_common.errors import ApiError, error_responses
-from services.party.social_service import SocialBudget, SocialService
+from api_common.errors import error_responses
+from party_api.deps import CoordinatorDep, SocialBodyDep, SocialDep
 from services.protocol.social import SOCIAL_MEDIA_TYPE, SocialSessionCreate, SocialSessionRead
-
-MAX_BODY_BYTES = 64 << 20  # one X chunk of 256 rows x 64 cols at 3072 bits is ~12.6 MB
-_create_lock = threading.Lock()
-
-
-def get_social(request: Request) -> SocialService:
-    """The app's social service (created on first use); 404 unless this party holds the social graph."""
-    state = request.app.state
-    if state.settings.role != "social":
-        raise ApiError(404, "not_found", "this party does not hold a social graph (role != social)")
-    with _create_lock:
-        if getattr(state, "social", None) is None:
-            min_bits = 512 if state.settings.dev_mode else 2048  # small keys only in dev/test
-            s = state.settings
-            budget = SocialBudget(epsilon_total=s.social_epsilon_total, delta_total=s.social_delta_total,
-                                  allow_no_dp=s.social_allow_no_dp)
-            state.social = SocialService(sessions=state.sessionmaker, min_key_bits=min_bits, budget=budget)
-    return state.social  # type: ignore[no-any-return]
-
-
-async def read_body(request: Request) -> bytes:
-    """The request body, refused with 413 past the limit (checked on the header and on the stream)."""
-    limit = int(getattr(request.app.state, "social_max_body_bytes", MAX_BODY_BYTES))
-    declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > limit):
-        raise ApiError(413, "payload_too_large", f"body exceeds {limit} bytes")
-    chunks, size = [], 0
-    async for part in request.stream():
-        size += len(part)
-        if size > limit:
-            raise ApiError(413, "payload_too_large", f"body exceeds {limit} bytes")
-        chunks.append(part)
-    if size == 0:
-        raise ApiError(422, "validation_failed", "empty body")
-    return b"".join(chunks)
-
-
-SocialDep = Annotated[SocialService, Depends(get_social)]
-BodyDep = Annotated[bytes, Depends(read_body)]
 
 router = APIRouter(prefix="/v1/social", tags=["social"], dependencies=[CoordinatorDep],
                    responses=error_responses(401, 403, 404, 409, 413, 422))
@@ -88,7 +47,7 @@ def begin_epoch(session_id: str, social: SocialDep) -> dict[str, Any]:
 
 
 @router.put("/sessions/{session_id}/x", status_code=204, response_class=Response)
-async def upload_x(session_id: str, social: SocialDep, body: BodyDep,
+async def upload_x(session_id: str, social: SocialDep, body: SocialBodyDep,
                    offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0) -> Response:
     """Upload rows [offset, offset + rows) of [X] (EncryptedMatrix bytes)."""
     await run_in_threadpool(social.upload_x, session_id=session_id, offset=offset, body=body)
@@ -96,19 +55,19 @@ async def upload_x(session_id: str, social: SocialDep, body: BodyDep,
 
 
 @router.post("/sessions/{session_id}/forward", response_class=Response)
-async def forward(session_id: str, social: SocialDep, body: BodyDep) -> Response:
+async def forward(session_id: str, social: SocialDep, body: SocialBodyDep) -> Response:
     """Packed [(B L_sym) X W_P2 + Z] for the posted .npy user batch (409 once the budget is spent)."""
     return _octets(await run_in_threadpool(social.forward, session_id=session_id, body=body))
 
 
 @router.post("/sessions/{session_id}/backward", response_class=Response)
-async def backward(session_id: str, social: SocialDep, body: BodyDep) -> Response:
+async def backward(session_id: str, social: SocialDep, body: SocialBodyDep) -> Response:
     """Packed [(B L_sym B^T) G W_P2^T + Z'] for the framed (users, [G]) body."""
     return _octets(await run_in_threadpool(social.backward, session_id=session_id, body=body))
 
 
 @router.post("/sessions/{session_id}/x/updates", status_code=204, response_class=Response)
-async def update_x(session_id: str, social: SocialDep, body: BodyDep) -> Response:
+async def update_x(session_id: str, social: SocialDep, body: SocialBodyDep) -> Response:
     """[X_B] += [dX_B] for the framed (users, [dX]) body."""
     await run_in_threadpool(social.update, session_id=session_id, body=body)
     return Response(status_code=204)

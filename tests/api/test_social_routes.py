@@ -13,7 +13,8 @@ from party_api.main import create_app
 from services.crypto.dp import clip_rows
 from services.data.types import SocialLinks
 from services.db.session import migrate
-from services.errors import PrivacyBudgetExhausted
+from services.config import PartySettings
+from services.errors import NotFound, PrivacyBudgetExhausted
 from services.party.social_graph import adjacency_from_links, normalized_laplacian
 from services.party.social_http import HttpSocialBackend
 from services.party.social_paillier import PaillierSession
@@ -36,13 +37,13 @@ def keys() -> Iterator[PaillierSession]:
 
 @pytest.fixture
 def social(tmp_path: Path) -> Iterator[LiveServer]:
-    """A live party with role=social (dev mode: small keys allowed) holding LINKS."""
+    """A live party with role=social (small test keys allowed) holding LINKS."""
     url = f"sqlite:///{tmp_path / 'social.db'}"
     migrate(url)
-    # noise-free sessions allowed here so products can be compared exactly with the plaintext math
-    app = create_app(party_settings(url, role="social", dev_mode=True, social_allow_no_dp=True,
-                                    social_epsilon_total=1000.0))
-    app.state.social_max_body_bytes = 1 << 20  # a small limit to test 413
+    # noise-free sessions allowed here so products can be compared exactly with the plaintext math;
+    # a small body limit to test 413
+    app = create_app(party_settings(url, role="social", paillier_min_key_bits=512, social_allow_no_dp=True,
+                                    social_epsilon_total=1000.0, social_max_body_bytes=1 << 20))
     with live_server(app) as live:
         rows = [{"src_user_id": s, "dst_user_id": d, "weight": 1.0} for s, d in LINKS]
         r = httpx.post(f"{live.url}/v1/social-links", json={"rows": rows},
@@ -113,6 +114,31 @@ def test_small_key_refused_outside_dev(tmp_path: Path, keys: PaillierSession) ->
         assert r.status_code == 422 and r.json()["code"] == "crypto_error"
 
 
+def test_key_floor_is_a_setting(tmp_path: Path, keys: PaillierSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PARTY_PAILLIER_MIN_KEY_BITS sets the floor (2048 by default, 512 in dev mode unless set)."""
+    assert party_settings("sqlite://").paillier_min_key_bits == 2048
+    assert PartySettings(database_url="sqlite://", dev_mode=True).paillier_min_key_bits == 512
+    assert PartySettings(database_url="sqlite://", dev_mode=True, paillier_min_key_bits=4096).paillier_min_key_bits == 4096
+    monkeypatch.setenv("PARTY_PAILLIER_MIN_KEY_BITS", "1024")
+    assert party_settings("sqlite://").paillier_min_key_bits == 1024
+    url = f"sqlite:///{tmp_path / 'floor.db'}"
+    migrate(url)
+    app = create_app(party_settings(url, role="social"))  # the 768-bit test key is below 1024
+    with live_server(app) as live:
+        r = _open(live.url, keys)
+        assert r.status_code == 422 and r.json()["code"] == "crypto_error" and "1024" in r.json()["detail"]
+
+
+def test_lifespan_builds_and_closes_the_social_service(social: LiveServer, keys: PaillierSession) -> None:
+    """Sessions live in the service the lifespan built, and the lifespan closes them at shutdown."""
+    service = social.server.config.app.state.social
+    sid = _open(social.url, keys, dp_enabled=False).json()["session_id"]
+    assert service.get(sid)
+    social.stop()
+    with pytest.raises(NotFound):
+        service.get(sid)
+
+
 def test_ratings_party_has_no_social_routes(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'ratings.db'}"
     migrate(url)
@@ -168,7 +194,7 @@ def _open(url: str, keys: PaillierSession, **kw: object) -> httpx.Response:
 def test_lifetime_budget_is_persisted_and_refuses_new_sessions(tmp_path: Path, keys: PaillierSession) -> None:
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     migrate(url)
-    settings = party_settings(url, role="social", dev_mode=True, social_epsilon_total=20.0)
+    settings = party_settings(url, role="social", paillier_min_key_bits=512, social_epsilon_total=20.0)
     auth = {"Authorization": f"Bearer {COORDINATOR}"}
     with live_server(create_app(settings)) as live:
         assert _open(live.url, keys, epsilon=15.0).status_code == 201
