@@ -3,19 +3,11 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
-from pydantic import BaseModel
 
+from coordinator_api.schemas import HealthRead
 from services.protocol import PROTOCOL_VERSION
 
 router = APIRouter(prefix="/health", tags=["health"])
-
-
-class HealthRead(BaseModel):
-    """Service status."""
-
-    status: str
-    service: str
-    protocol_version: str
 
 
 @router.get("", response_model=HealthRead)

@@ -3,43 +3,14 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
-from pydantic import BaseModel, ConfigDict, Field
 
 from api_common.errors import error_responses
 from coordinator_api.deps import AdminDep, SessionDep
+from coordinator_api.schemas import PartyCreate, PartyRead, PartyUpdate
 from services.coordinator import registry
 
 router = APIRouter(prefix="/v1/parties", tags=["parties"], dependencies=[AdminDep],
                    responses=error_responses(401, 403, 404, 409, 422))
-
-
-class PartyCreate(BaseModel):
-    """Register a party: its base URL, the bearer credential the coordinator presents, its role."""
-
-    model_config = ConfigDict(extra="forbid")
-    party_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
-    url: str = Field(min_length=8, max_length=512)
-    token: str = Field(min_length=1, max_length=512)
-    role: str = Field(default="ratings", pattern=r"^(ratings|social)$")
-
-
-class PartyUpdate(BaseModel):
-    """Change any of a party's fields."""
-
-    model_config = ConfigDict(extra="forbid")
-    url: str | None = Field(default=None, min_length=8, max_length=512)
-    token: str | None = Field(default=None, min_length=1, max_length=512)
-    role: str | None = Field(default=None, pattern=r"^(ratings|social)$")
-    enabled: bool | None = None
-
-
-class PartyRead(BaseModel):
-    """A registered party (the credential is never echoed)."""
-
-    party_id: str
-    url: str
-    role: str
-    enabled: bool
 
 
 def _read(p: registry.PartyEndpoint) -> PartyRead:

@@ -5,31 +5,14 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel
 
 from api_common.errors import error_responses
 from coordinator_api.deps import ApiKeyDep, ManagerDep, SessionDep
+from coordinator_api.schemas import MergedRecommendations
 from services.coordinator.fanout import merged_recommendations
 
 router = APIRouter(prefix="/v1/users", tags=["recommendations"], dependencies=[ApiKeyDep],
                    responses=error_responses(401, 403, 404, 422, 502))
-
-
-class MergedItem(BaseModel):
-    """An item, the party that holds it and its predicted rating (or popularity count)."""
-
-    party_id: str
-    item_id: str
-    score: float
-    fallback: str | None
-
-
-class MergedRecommendations(BaseModel):
-    """Top-K across every party's catalogue; parties that could not answer are listed."""
-
-    user_id: str
-    items: list[MergedItem]
-    unavailable: dict[str, str]
 
 
 @router.get("/{user_id}/recommendations", response_model=MergedRecommendations)

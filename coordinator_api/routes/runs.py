@@ -2,65 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
-
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field
 
 from api_common.errors import error_responses
 from coordinator_api.deps import AdminDep, ManagerDep, SessionDep
+from coordinator_api.schemas import RoundRead, TrainingRunCreate, TrainingRunRead
 from services.coordinator import runs
 from services.coordinator.runner import train_config
 from services.db.coordinator_tables import RoundRow, RunRow
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], dependencies=[AdminDep],
                    responses=error_responses(401, 403, 404, 409, 422, 502))
-
-
-class TrainingRunCreate(BaseModel):
-    """A run: how many rounds, the min_parties policy, the seed and engine settings (TrainConfig fields)."""
-
-    model_config = ConfigDict(extra="forbid")
-    rounds: int = Field(default=20, ge=1, le=100_000)
-    min_parties: int = Field(default=2, ge=1, le=1000)
-    seed: int = Field(default=0, ge=0, le=2**31 - 1)
-    party_ids: list[str] | None = Field(default=None, min_length=1)
-    config: dict[str, Any] = Field(default_factory=dict)
-
-
-class RoundRead(BaseModel):
-    """A completed round."""
-
-    round_index: int
-    participants: list[str]
-    failures: dict[str, str]
-    metrics: dict[str, float]
-    bytes_sent: dict[str, int]
-    bytes_received: dict[str, int]
-    seconds: float
-
-
-class TrainingRunRead(BaseModel):
-    """A run's status: state, current round, per-round metrics, bytes sent/received per party."""
-
-    run_id: str
-    state: str
-    detail: str
-    rounds_total: int
-    rounds_done: int
-    current_round: int
-    min_parties: int
-    seed: int
-    party_ids: list[str]
-    n_users: int | None
-    config: dict[str, Any]
-    privacy: dict[str, Any] = Field(description="effective privacy mechanisms and parameters (defaults included)")
-    bytes_sent: dict[str, int]
-    bytes_received: dict[str, int]
-    rounds: list[RoundRead]
-    created_at: datetime
-    updated_at: datetime
 
 
 def _read(run: RunRow, rounds: list[RoundRow]) -> TrainingRunRead:

@@ -6,9 +6,9 @@ from typing import Annotated, Any, BinaryIO
 
 from fastapi import APIRouter, Header, Request
 
+from api_common.errors import ApiError, error_responses
 from party_api.bodies import consume_in_thread
 from party_api.deps import AdminDep, SessionDep, SessionFactoryDep, SettingsDep
-from api_common.errors import ApiError, error_responses
 from party_api.schemas import (
     IngestRead,
     InteractionBatchCreate,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from party_api.deps import AdminDep, SessionDep, SettingsDep
 from api_common.errors import error_responses
+from party_api.deps import AdminDep, SessionDep, SettingsDep
 from party_api.schemas import CountsRead, SummaryRead
 from services.party import catalog
 

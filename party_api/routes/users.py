@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from party_api.deps import AdminDep, SessionDep
 from api_common.errors import error_responses
+from party_api.deps import AdminDep, SessionDep
 from party_api.schemas import ErasureRead, UserRead
 from services.party import catalog
 

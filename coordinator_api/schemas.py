@@ -1,0 +1,107 @@
+"""Resource schemas of the coordinator API (request and response bodies)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class HealthRead(BaseModel):
+    """Service status."""
+
+    status: str
+    service: str
+    protocol_version: str
+
+
+class PartyCreate(BaseModel):
+    """Register a party: its base URL, the bearer credential the coordinator presents, its role."""
+
+    model_config = ConfigDict(extra="forbid")
+    party_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    url: str = Field(min_length=8, max_length=512)
+    token: str = Field(min_length=1, max_length=512)
+    role: str = Field(default="ratings", pattern=r"^(ratings|social)$")
+
+
+class PartyUpdate(BaseModel):
+    """Change any of a party's fields."""
+
+    model_config = ConfigDict(extra="forbid")
+    url: str | None = Field(default=None, min_length=8, max_length=512)
+    token: str | None = Field(default=None, min_length=1, max_length=512)
+    role: str | None = Field(default=None, pattern=r"^(ratings|social)$")
+    enabled: bool | None = None
+
+
+class PartyRead(BaseModel):
+    """A registered party (the credential is never echoed)."""
+
+    party_id: str
+    url: str
+    role: str
+    enabled: bool
+
+
+class TrainingRunCreate(BaseModel):
+    """A run: how many rounds, the min_parties policy, the seed and engine settings (TrainConfig fields)."""
+
+    model_config = ConfigDict(extra="forbid")
+    rounds: int = Field(default=20, ge=1, le=100_000)
+    min_parties: int = Field(default=2, ge=1, le=1000)
+    seed: int = Field(default=0, ge=0, le=2**31 - 1)
+    party_ids: list[str] | None = Field(default=None, min_length=1)
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class RoundRead(BaseModel):
+    """A completed round."""
+
+    round_index: int
+    participants: list[str]
+    failures: dict[str, str]
+    metrics: dict[str, float]
+    bytes_sent: dict[str, int]
+    bytes_received: dict[str, int]
+    seconds: float
+
+
+class TrainingRunRead(BaseModel):
+    """A run's status: state, current round, per-round metrics, bytes sent/received per party."""
+
+    run_id: str
+    state: str
+    detail: str
+    rounds_total: int
+    rounds_done: int
+    current_round: int
+    min_parties: int
+    seed: int
+    party_ids: list[str]
+    n_users: int | None
+    config: dict[str, Any]
+    privacy: dict[str, Any] = Field(description="effective privacy mechanisms and parameters (defaults included)")
+    bytes_sent: dict[str, int]
+    bytes_received: dict[str, int]
+    rounds: list[RoundRead]
+    created_at: datetime
+    updated_at: datetime
+
+
+class MergedItem(BaseModel):
+    """An item, the party that holds it and its predicted rating (or popularity count)."""
+
+    party_id: str
+    item_id: str
+    score: float
+    fallback: str | None
+
+
+class MergedRecommendations(BaseModel):
+    """Top-K across every party's catalogue; parties that could not answer are listed."""
+
+    user_id: str
+    items: list[MergedItem]
+    unavailable: dict[str, str]
