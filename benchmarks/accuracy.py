@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from services.evaluation.harness import build_federation, ensure_validation, run_protocol
 from services.evaluation.runner import PRESETS, load_dataset, preset_values
-from services.protocol.training import TrainConfig
+from services.verfedgnn.config import TrainConfig
 
 
 def stats(rmse: list[float], mae: list[float]) -> dict[str, float]:

@@ -21,7 +21,7 @@ from services.coordinator.reference import run_reference
 from services.data.movielens import load_ml100k
 from services.data.splits import vertical_split_dataset
 from services.evaluation.runner import PRESETS, preset_values
-from services.protocol.training import TrainConfig
+from services.verfedgnn.config import TrainConfig
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from services.coordinator.training import CoordinatorTrainer
 from services.data.synthetic import generate
 from services.party.training import PartyTrainer
-from services.protocol.training import PartyData, RatingTriples, TrainConfig
+from services.verfedgnn.config import TrainConfig
+from services.verfedgnn.types import PartyData, RatingTriples
 
 
 def party_data(users: np.ndarray, items: np.ndarray, ratings: np.ndarray, *, n_users: int, n_items: int,

@@ -21,7 +21,7 @@ from cli.localfed import API_KEY, CoordinatorClient, coordinator_proc, load_part
 from services.coordinator.reference import party_datas
 from services.data.types import Dataset
 from services.errors import DomainError
-from services.protocol.training import TrainConfig
+from services.verfedgnn.config import TrainConfig
 
 console = Console()
 

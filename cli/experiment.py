@@ -12,7 +12,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from cli.social_experiment import SOCIAL_PROTOCOL, run_social
 from services.evaluation.report import markdown_table, write_report
 from services.evaluation.runner import PRESETS, preset_values, run_seeds
-from services.protocol.training import RoundMetrics, TrainConfig
+from services.verfedgnn.config import TrainConfig
+from services.verfedgnn.types import RoundMetrics
 
 PROTOCOL_SETS = {"all": ["centralized", "federated", "local"], "federated": ["federated"],
                  "local": ["local"], "centralized": ["centralized"]}

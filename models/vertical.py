@@ -8,6 +8,9 @@ Prediction r̂_uv = μ + b_u + b_v + h_u · h_v with h = Σ_k a_k e^k. K = 0 is 
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Literal
 
 import numpy as np
@@ -174,15 +177,27 @@ def predict(public: PublicModel, private: PrivateItems, h_u: torch.Tensor, h_v: 
     return public.global_bias + public.user_bias.index_select(0, users) + private.item_bias.index_select(0, items) + dot
 
 
+# fork_rng + manual_seed go through torch's process-wide RNG, which is not thread-safe: trainers
+# built at once in one process (a party service and a coordinator in test threads) would
+# interleave draws. Seeded construction is serialised here, where the global RNG is touched.
+_SEEDED_INIT_LOCK = threading.Lock()
+
+
+@contextmanager
+def _seeded(seed: int) -> Iterator[None]:
+    """Run the block with torch's global RNG seeded to `seed`, restored afterwards, one thread at a time."""
+    with _SEEDED_INIT_LOCK, torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
 def build_public(*, config: VerFedGNNConfig, n_users: int, seed: int, global_mean: float = 0.0) -> PublicModel:
     """Public parameters initialised from `seed` without touching the global RNG."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with _seeded(seed):
         return PublicModel(config=config, n_users=n_users, global_mean=global_mean)
 
 
 def build_private(*, config: VerFedGNNConfig, n_items: int, seed: int) -> PrivateItems:
     """A party's private item parameters initialised from `seed` without touching the global RNG."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with _seeded(seed):
         return PrivateItems(n_items=n_items, dim=config.dim, init_std=config.init_std)

@@ -19,7 +19,7 @@ from party_api.schemas import (
 from services.errors import ProtocolError
 from services.party import fed_store
 from services.protocol.federation import FEDERATION_MEDIA_TYPE
-from services.protocol.messages import (
+from services.verfedgnn.messages import (
     AckResponse,
     ConfigureRequest,
     ConfigureResponse,

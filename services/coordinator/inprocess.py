@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from services.coordinator.training import CoordinatorTrainer
 from services.party.training import PartyTrainer
-from services.protocol.training import RoundMetrics
+from services.verfedgnn.types import RoundMetrics
 
 
 class InProcessFederation:

@@ -11,9 +11,9 @@ import numpy as np
 from services.coordinator.inprocess import InProcessFederation
 from services.coordinator.training import CoordinatorTrainer
 from services.data.types import Dataset, Ratings
-from services.party.fed_store import SPLIT_CODES, build_party_data
 from services.party.training import PartyTrainer
-from services.protocol.training import PartyData, RoundMetrics, TrainConfig
+from services.verfedgnn.config import TrainConfig
+from services.verfedgnn.types import SPLIT_CODES, PartyData, RoundMetrics, build_party_data
 
 
 def _all_ratings(ds: Dataset) -> tuple[list[str], list[str], np.ndarray, np.ndarray]:

@@ -14,8 +14,8 @@ from services.coordinator.training import CoordinatorTrainer
 from services.errors import DomainError
 from services.protocol.arrays import decode_array, encode_array
 from services.protocol.federation import pack_tree
-from services.protocol.messages import decode_upload
-from services.protocol.training import GradientUpload, RoundMetrics
+from services.verfedgnn.messages import decode_upload
+from services.verfedgnn.types import GradientUpload, RoundMetrics
 
 T = TypeVar("T")
 

@@ -20,10 +20,10 @@ from services.coordinator.psi import align_users
 from services.coordinator.rounds import fan_out, run_round
 from services.coordinator.training import CoordinatorTrainer
 from services.errors import DomainError, PartyUnavailable, ValidationFailed
-from services.party.federation import TORCH_INIT_LOCK
-from services.party.state_codec import dump_state, load_state
-from services.protocol.messages import ConfigureRequest, ConfigureResponse, StartRequest
-from services.protocol.training import SPLITS, RoundMetrics, TrainConfig
+from services.verfedgnn.config import TrainConfig
+from services.verfedgnn.messages import ConfigureRequest, ConfigureResponse, StartRequest
+from services.verfedgnn.state_codec import dump_state, load_state
+from services.verfedgnn.types import SPLITS, RoundMetrics
 
 log = logging.getLogger("fedrec.coordinator")
 
@@ -193,8 +193,7 @@ class RunManager:
                 self._wait(run_id, runs.PAUSED, f"start waits for parties: {failures}")
                 continue
             break
-        with TORCH_INIT_LOCK:
-            coord = CoordinatorTrainer(config=config, n_users=n_users, item_counts=counts, global_mean=mean)
+        coord = CoordinatorTrainer(config=config, n_users=n_users, item_counts=counts, global_mean=mean)
         with self.sessions() as session:
             ckpt = runs.latest_checkpoint(session=session, run_id=run_id)
         if ckpt is not None:

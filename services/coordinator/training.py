@@ -16,15 +16,8 @@ from models.vertical import PublicModel, build_public
 from services.crypto.participation import participation_scale, select_participants
 from services.crypto.quantization import TernaryUpload, ternary_dequantize
 from services.errors import ProtocolError
-from services.party.training import make_optimizer, model_config
-from services.protocol.training import (
-    SPLITS,
-    GradientUpload,
-    MetricSums,
-    RoundMetrics,
-    TrainConfig,
-    rmse_mae,
-)
+from services.verfedgnn.config import TrainConfig, make_optimizer, model_config
+from services.verfedgnn.types import SPLITS, GradientUpload, MetricSums, RoundMetrics, rmse_mae
 
 _SELECT_TAG = 104729  # separates the participant-draw stream from other seeded streams
 

@@ -16,7 +16,8 @@ from services.coordinator.training import CoordinatorTrainer
 from services.data.splits import vertical_split, with_validation
 from services.data.types import Dataset, Ratings
 from services.party.training import PartyTrainer
-from services.protocol.training import PartyData, RatingTriples, RoundMetrics, TrainConfig
+from services.verfedgnn.config import TrainConfig
+from services.verfedgnn.types import MetricSums, PartyData, RatingTriples, RoundMetrics, rmse_mae
 
 PROTOCOLS = ("centralized", "federated", "local")
 RoundCallback = Callable[[str, RoundMetrics], None]
@@ -140,9 +141,9 @@ def run_protocol(fed: Federation, *, protocol: str, config: TrainConfig,
         runs = [train_federation([alone(p)], config=private_off, global_mean=fed.global_mean,
                                  protocol=f"local:{p.party_id}", on_round=on_round) for p in fed.parties]
         per_party = {p.party_id: r.per_party[p.party_id] for p, r in zip(fed.parties, runs)}
-        counts = [len(p.test) for p in fed.parties]
-        rmse = float(np.sqrt(sum(r.rmse ** 2 * n for r, n in zip(runs, counts)) / sum(counts)))
-        mae = float(sum(r.mae * n for r, n in zip(runs, counts)) / sum(counts))
+        # each party's test figures back to error sums, pooled over all test ratings
+        rmse, mae = rmse_mae([MetricSums(r.rmse ** 2 * len(p.test), r.mae * len(p.test), len(p.test))
+                              for p, r in zip(fed.parties, runs)])
         return RunResult("local", rmse, mae, max(r.best_round for r in runs), sum(r.rounds_run for r in runs),
                          per_party, runs[0].valid_history)
     raise ValueError(f"unknown protocol {protocol!r}")

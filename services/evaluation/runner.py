@@ -15,7 +15,7 @@ from services.evaluation.harness import (
     run_protocol,
 )
 from services.evaluation.report import Summary
-from services.protocol.training import TrainConfig
+from services.verfedgnn.config import TrainConfig
 
 # Paper setting (VerFedGNN §6): D=6, K=2, sigmoid, Adagrad lr 0.05, thd=4, q=N/5, r=3, α=1, 60/20/20.
 PRESETS: dict[str, dict[str, Any]] = {

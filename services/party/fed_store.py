@@ -10,10 +10,9 @@ from sqlalchemy.orm import Session
 
 from services.db.party_tables import FederationState, Interaction, Item, ModelArtifact, User
 from services.protocol.federation import pack_tree, unpack_tree
-from services.protocol.training import PartyData, RatingTriples
+from services.verfedgnn.types import SPLIT_CODES
 
 SPLIT_ARTIFACT = "evaluation_split"
-SPLIT_CODES = {"train": 0, "valid": 1, "test": 2}
 
 
 def put_artifact(*, session: Session, name: str, kind: str, payload: bytes, version: int | None = None,
@@ -99,30 +98,3 @@ def load_ratings(*, session: Session) -> tuple[list[str], list[str], np.ndarray,
     labels = _labels(session)
     codes = np.array([labels.get((u, i), 0) for u, i in zip(users, items)], dtype=np.int8)
     return users, items, np.asarray(ratings, dtype=np.float32), codes
-
-
-def build_party_data(
-    *, party_id: str, user_order: list[str], item_order: list[str], users: list[str], items: list[str],
-    ratings: np.ndarray, codes: np.ndarray, total_items: int, rating_min: float, rating_max: float,
-) -> PartyData:
-    """PartyData over the aligned users (in `user_order`) and own items; ratings of other users are dropped.
-
-    Each split is sorted by (user index, item index): the engine's float sums (loss, scatter-adds
-    into embedding gradients, graph edges) depend on the order of the ratings, and the order rows
-    come out of a database (or a data set file) is arbitrary. A canonical order makes the HTTP
-    parties and the in-process reference compute bit-identical rounds.
-    """
-    uidx = {u: k for k, u in enumerate(user_order)}
-    iidx = {v: k for k, v in enumerate(item_order)}
-    u = np.array([uidx.get(x, -1) for x in users], dtype=np.int64)
-    i = np.array([iidx.get(x, -1) for x in items], dtype=np.int64)
-    r = np.asarray(ratings, np.float32)
-    keep = (u >= 0) & (i >= 0)
-
-    def part(code: int) -> RatingTriples:
-        m = np.flatnonzero(keep & (codes == code))
-        m = m[np.lexsort((r[m], i[m], u[m]))]  # by user, then item (then rating: fully order-free)
-        return RatingTriples(u[m], i[m], r[m])
-
-    return PartyData(party_id=party_id, n_users=len(user_order), n_items=len(item_order), total_items=total_items,
-                     train=part(0), valid=part(1), test=part(2), rating_min=rating_min, rating_max=rating_max)

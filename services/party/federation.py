@@ -14,26 +14,22 @@ from services.crypto.psi import PsiParty
 from services.errors import NotFound, ProtocolError, ValidationFailed
 from services.party import fed_store as store
 from services.party.serving import ServingModel, publish
-from services.party.state_codec import dump_state, load_state
 from services.party.training import PartyTrainer
 from services.protocol.arrays import decode_array, encode_array
 from services.protocol.federation import pack_tree, unpack_tree
-from services.protocol.messages import (
+from services.protocol.psi import decode_points, encode_points
+from services.verfedgnn.config import TrainConfig
+from services.verfedgnn.messages import (
     ConfigureRequest,
     ConfigureResponse,
     StartRequest,
     StartResponse,
-    decode_points,
-    encode_points,
     encode_upload,
 )
-from services.protocol.training import PartyData, TrainConfig
+from services.verfedgnn.state_codec import dump_state, load_state
+from services.verfedgnn.types import PartyData, build_party_data
 
 KEEP_SNAPSHOTS = 3
-# The engine seeds its initialisers through torch's process-wide RNG (fork_rng + manual_seed), which
-# is not thread-safe: several trainers built at once in one process (tests run every service in
-# threads) would interleave draws. Building them under one lock keeps runs reproducible.
-TORCH_INIT_LOCK = threading.Lock()
 
 
 def _bad(exc: Exception, what: str) -> ValidationFailed:
@@ -131,7 +127,7 @@ class FederationService:
 
     def _load_data(self, session: Session, run: _Run, *, total_items: int) -> PartyData:
         users, items, ratings, codes = store.load_ratings(session=session)
-        run.data = store.build_party_data(
+        run.data = build_party_data(
             party_id=self.party_id, user_order=run.user_order, item_order=run.item_order, users=users,
             items=items, ratings=ratings, codes=codes, total_items=total_items,
             rating_min=self.rating_min, rating_max=self.rating_max)
@@ -153,8 +149,7 @@ class FederationService:
 
     def _build_trainer(self, session: Session, run: _Run, request: StartRequest) -> None:
         data = self._load_data(session, run, total_items=request.total_items)
-        with TORCH_INIT_LOCK:
-            run.trainer = PartyTrainer(config=run.config, data=data, seed=run.seed)
+        run.trainer = PartyTrainer(config=run.config, data=data, seed=run.seed)
         snap = store.get_artifact(session=session, name=f"trainer:{run.run_id}")
         if snap is None:
             self._snapshot(session, run, round_index=-1)

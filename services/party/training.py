@@ -14,76 +14,23 @@ import numpy as np
 import torch
 
 from models.graph import BipartiteGraph
-from models.vertical import (
-    PartyForward,
-    PrivateItems,
-    PublicModel,
-    VerFedGNNConfig,
-    build_private,
-    build_public,
-    predict,
-)
-from services.crypto import projection as proj
-from services.crypto.projection import (
-    ProjectionSpec,
-    project,
-    projection_matrix,
-    projection_spec,
-    reconstruct,
-)
+from models.metrics import error_sums
+from models.vertical import PartyForward, PrivateItems, PublicModel, build_private, build_public, predict
+from services.crypto.projection import ProjectionSpec, project, projection_matrix, reconstruct
 from services.crypto.quantization import quantize_gradients
 from services.errors import ProtocolError
-from services.protocol.training import (
+from services.verfedgnn.config import TrainConfig, make_optimizer, model_config, shared_projection, sparse_phi
+from services.verfedgnn.types import (
     SPLITS,
     GradientUpload,
     MetricSums,
     PartyData,
     QuantizedArray,
     RatingTriples,
-    TrainConfig,
     party_number,
 )
 
 _DENSE_PHI_LIMIT = 20_000_000  # q·N entries below which Φ is cached densely (fast matmuls)
-
-
-def model_config(config: TrainConfig) -> VerFedGNNConfig:
-    """The architecture part of a training config."""
-    return VerFedGNNConfig(kind=config.model, dim=config.dim, layers=config.layers, activation=config.activation,
-                           use_bias=config.use_bias, gate_init=config.gate_init, init_std=config.init_std,
-                           rating_levels=config.rating_levels, transform=config.transform)
-
-
-def shared_projection(config: TrainConfig, n_users: int) -> ProjectionSpec:
-    """The projection every participant regenerates from the run seed."""
-    return projection_spec(seed=config.seed + 7919, n=n_users, ratio=config.q_ratio,
-                           kind=config.projection_kind, nnz_per_column=config.nnz_per_column)
-
-
-def sparse_phi(spec: ProjectionSpec) -> tuple[torch.Tensor, torch.Tensor]:
-    """(Φ, Φᵀ) of a sparse sketch as torch CSR matrices, built once from the spec's seeded blocks.
-
-    Same Φ as `services.crypto.projection` (its block generator is reused), but projecting and
-    reconstructing become two sparse matmuls instead of per-column bincounts at every call.
-    """
-    rows, cols, vals = [], [], []
-    for j, a, b in proj._blocks(spec):
-        r, sg = proj._sparse_block(spec, j, b - a)
-        rows.append(r.ravel())
-        cols.append(np.repeat(np.arange(a, b, dtype=np.int64), r.shape[1]))
-        vals.append(sg.ravel().astype(np.float32) / np.float32(np.sqrt(r.shape[1])))
-    r_t, c_t = torch.from_numpy(np.concatenate(rows)), torch.from_numpy(np.concatenate(cols))
-    v_t = torch.from_numpy(np.concatenate(vals))
-    phi = torch.sparse_coo_tensor(torch.stack([r_t, c_t]), v_t, (spec.q, spec.n), check_invariants=False)
-    phi_t = torch.sparse_coo_tensor(torch.stack([c_t, r_t]), v_t, (spec.n, spec.q), check_invariants=False)
-    return phi.coalesce().to_sparse_csr(), phi_t.coalesce().to_sparse_csr()
-
-
-def make_optimizer(config: TrainConfig, params: list[torch.nn.Parameter], lr: float) -> torch.optim.Optimizer:
-    """Adagrad (paper) or Adam over `params`."""
-    if config.optimizer == "adam":
-        return torch.optim.Adam(params, lr=lr)
-    return torch.optim.Adagrad(params, lr=lr)
 
 
 def _tensors(t: RatingTriples) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -232,8 +179,7 @@ class PartyTrainer:
         out = {}
         for name, (users, items, ratings) in self._splits.items():
             pred = predict(self.public, self.private, h_u, h_v, users, items)
-            err = pred.clamp(self.data.rating_min, self.data.rating_max) - ratings
-            out[name] = MetricSums(float((err * err).sum()), float(err.abs().sum()), int(ratings.shape[0]))
+            out[name] = MetricSums(*error_sums(pred.clamp(self.data.rating_min, self.data.rating_max), ratings))
         return out
 
     def _protect(self, grads: dict[str, np.ndarray], *, loss: float, metrics: dict[str, MetricSums]) -> GradientUpload:

@@ -18,8 +18,8 @@ from services.db.party_tables import FederationState, ModelArtifact
 from services.protocol import PROTOCOL_VERSION
 from services.protocol.arrays import decode_array
 from services.protocol.federation import pack_tree, unpack_tree
-from services.protocol.messages import decode_upload
-from services.protocol.training import TrainConfig
+from services.verfedgnn.config import TrainConfig
+from services.verfedgnn.messages import decode_upload
 from tests.support.federation import TINY_CONFIG, Federation, federation
 
 ROUNDS, SEED = 6, 5

@@ -6,7 +6,7 @@ import torch
 
 from services.data.synthetic import generate
 from services.evaluation.harness import build_federation, run_protocol
-from services.protocol.training import TrainConfig
+from services.verfedgnn.config import TrainConfig
 
 
 def test_federated_beats_local_only_on_synthetic() -> None:

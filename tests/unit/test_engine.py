@@ -8,8 +8,9 @@ import pytest
 from services.coordinator.inprocess import InProcessFederation
 from services.coordinator.training import CoordinatorTrainer
 from services.errors import ProtocolError
-from services.party.training import PartyTrainer, shared_projection
-from services.protocol.training import PartyData, RatingTriples, TrainConfig
+from services.party.training import PartyTrainer
+from services.verfedgnn.config import TrainConfig, shared_projection
+from services.verfedgnn.types import PartyData, RatingTriples
 
 
 def tiny_parties(seed: int = 0, n_users: int = 40, items: tuple[int, int] = (12, 8)) -> list[PartyData]:
@@ -118,7 +119,7 @@ def test_cached_sparse_projection_matches_reference() -> None:
     import torch
 
     from services.crypto.projection import project, projection_spec, reconstruct
-    from services.party.training import sparse_phi
+    from services.verfedgnn.config import sparse_phi
 
     spec = projection_spec(seed=4, n=50, ratio=0.2, kind="sparse")
     spec = type(spec)(seed=4, n=50, q=spec.q, kind="sparse", block=16)  # several column blocks
@@ -131,7 +132,7 @@ def test_cached_sparse_projection_matches_reference() -> None:
 
 def test_party_data_order_does_not_depend_on_row_order() -> None:
     """A database returns rows in any order; the engine's float sums must see one canonical order."""
-    from services.party.fed_store import build_party_data
+    from services.verfedgnn.types import build_party_data
 
     rng = np.random.default_rng(3)
     pairs = rng.choice(20 * 30, size=150, replace=False)
@@ -157,8 +158,7 @@ def test_party_data_order_does_not_depend_on_row_order() -> None:
 
 def test_grad_scale_quantizes_scaled_gradient_and_coordinator_unscales() -> None:
     from services.crypto.quantization import quantize_gradients, ternary_dequantize
-    from services.party.training import party_number
-    from services.protocol.training import QuantizedArray
+    from services.verfedgnn.types import QuantizedArray, party_number
     parties = tiny_parties()
     coord = CoordinatorTrainer(config=TrainConfig(dim=4, layers=1, thd=1.0), n_users=40,
                                item_counts={"p0": 12, "p1": 8})

@@ -7,10 +7,11 @@ import pytest
 import torch
 
 from services.errors import ProtocolError
-from services.party.state_codec import dump_state, load_state
 from services.protocol.federation import pack_tree, unpack_tree
-from services.protocol.messages import decode_points, decode_upload, encode_points, encode_upload
-from services.protocol.training import GradientUpload, MetricSums, QuantizedArray
+from services.protocol.psi import decode_points, encode_points
+from services.verfedgnn.messages import decode_upload, encode_upload
+from services.verfedgnn.state_codec import dump_state, load_state
+from services.verfedgnn.types import GradientUpload, MetricSums, QuantizedArray
 
 
 def test_tree_round_trip_keeps_dtypes_shapes_and_scalars() -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from cli.experiment import build_config
 from services.evaluation.runner import PRESETS, preset_values
-from services.protocol.training import TrainConfig
+from services.verfedgnn.config import TrainConfig
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))

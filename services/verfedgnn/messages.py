@@ -1,4 +1,4 @@
-"""Federation messages: JSON control messages (pydantic) and binary encodings of the engine's round messages."""
+"""VerFedGNN wire messages: JSON control messages (pydantic) and the binary encoding of a round's upload."""
 
 from __future__ import annotations
 
@@ -10,19 +10,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from services.crypto.quantization import TernaryUpload, decode_ternary, encode_ternary
 from services.errors import ProtocolError
 from services.protocol.federation import pack_tree, unpack_tree
-from services.protocol.training import GradientUpload, MetricSums, QuantizedArray
-
-PSI_POINT_BYTES = 32
+from services.verfedgnn.types import GradientUpload, MetricSums, QuantizedArray
 
 
 class _Msg(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class PsiStartResponse(_Msg):
-    """How many blinded points the party sent (the points travel as binary)."""
-
-    count: int
 
 
 class ConfigureRequest(_Msg):
@@ -95,20 +87,3 @@ def decode_upload(data: bytes, *, party_id: str, round_index: int) -> GradientUp
                               quantized=quantized, dense=dict(tree["dense"]), metrics=metrics)
     except (KeyError, TypeError, IndexError, AttributeError) as exc:
         raise ProtocolError(f"malformed gradient upload: {exc!r}") from exc
-
-
-def encode_points(points: list[bytes]) -> bytes:
-    """Concatenate fixed-size curve points."""
-    if any(len(p) != PSI_POINT_BYTES for p in points):
-        raise ProtocolError("every PSI point must be 32 bytes")
-    return b"".join(points)
-
-
-def decode_points(data: bytes, *, max_count: int = 50_000_000) -> list[bytes]:
-    """Split concatenated 32-byte points."""
-    if len(data) % PSI_POINT_BYTES:
-        raise ProtocolError(f"PSI payload of {len(data)} bytes is not a multiple of {PSI_POINT_BYTES}")
-    n = len(data) // PSI_POINT_BYTES
-    if n > max_count:
-        raise ProtocolError(f"too many PSI points ({n})")
-    return [data[i * PSI_POINT_BYTES:(i + 1) * PSI_POINT_BYTES] for i in range(n)]

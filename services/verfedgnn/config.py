@@ -1,18 +1,16 @@
-"""Training-round contract shared by party and coordinator: config, party data, uploads, metrics.
-
-Everything here is numpy or pydantic so the same objects travel in-process or over HTTP.
-"""
+"""VerFedGNN run configuration and what every participant derives from it: model, optimizer, projection Φ."""
 
 from __future__ import annotations
 
-import zlib
-from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
+import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SPLITS = ("train", "valid", "test")
+from models.vertical import VerFedGNNConfig
+from services.crypto import projection as proj
+from services.crypto.projection import ProjectionSpec, projection_spec
 
 
 class TrainConfig(BaseModel):
@@ -80,103 +78,40 @@ class TrainConfig(BaseModel):
         return self.lr_private if self.lr_private is not None else self.lr
 
 
-@dataclass(frozen=True)
-class RatingTriples:
-    """Parallel arrays of (user index, party-local item index, rating)."""
-
-    users: np.ndarray  # int64
-    items: np.ndarray  # int64
-    ratings: np.ndarray  # float32
-
-    def __len__(self) -> int:
-        return int(self.ratings.shape[0])
-
-    @staticmethod
-    def empty() -> RatingTriples:
-        """No ratings."""
-        return RatingTriples(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))
+def model_config(config: TrainConfig) -> VerFedGNNConfig:
+    """The architecture part of a training config."""
+    return VerFedGNNConfig(kind=config.model, dim=config.dim, layers=config.layers, activation=config.activation,
+                           use_bias=config.use_bias, gate_init=config.gate_init, init_std=config.init_std,
+                           rating_levels=config.rating_levels, transform=config.transform)
 
 
-@dataclass(frozen=True)
-class PartyData:
-    """What one party holds: its items' ratings by split; users are the aligned common users."""
-
-    party_id: str
-    n_users: int
-    n_items: int
-    total_items: int  # Σ_i M_i over all parties: public, announced once
-    train: RatingTriples
-    valid: RatingTriples = field(default_factory=RatingTriples.empty)
-    test: RatingTriples = field(default_factory=RatingTriples.empty)
-    rating_min: float = 1.0  # predictions are clamped to the rating range when scored
-    rating_max: float = 5.0
-
-    def split(self, name: str) -> RatingTriples:
-        """Ratings of split `name` (train/valid/test)."""
-        return {"train": self.train, "valid": self.valid, "test": self.test}[name]
+def shared_projection(config: TrainConfig, n_users: int) -> ProjectionSpec:
+    """The projection every participant regenerates from the run seed."""
+    return projection_spec(seed=config.seed + 7919, n=n_users, ratio=config.q_ratio,
+                           kind=config.projection_kind, nnz_per_column=config.nnz_per_column)
 
 
-@dataclass(frozen=True)
-class QuantizedArray:
-    """Sparse ternary upload of one gradient: value r·sign at `indices` (flat), zero elsewhere."""
+def sparse_phi(spec: ProjectionSpec) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Φ, Φᵀ) of a sparse sketch as torch CSR matrices, built once from the spec's seeded blocks.
 
-    shape: tuple[int, ...]
-    r: float
-    indices: np.ndarray  # int64, flat positions
-    signs: np.ndarray  # int8, ±1
-
-    def nbytes(self) -> int:
-        """Bytes on the wire (indices + signs)."""
-        return int(self.indices.nbytes + self.signs.nbytes)
-
-
-@dataclass(frozen=True)
-class MetricSums:
-    """Sums a party reports for one split: squared and absolute errors and the count."""
-
-    sse: float = 0.0
-    sae: float = 0.0
-    count: int = 0
+    Same Φ as `services.crypto.projection` (its block generator is reused), but projecting and
+    reconstructing become two sparse matmuls instead of per-column bincounts at every call.
+    """
+    rows, cols, vals = [], [], []
+    for j, a, b in proj._blocks(spec):
+        r, sg = proj._sparse_block(spec, j, b - a)
+        rows.append(r.ravel())
+        cols.append(np.repeat(np.arange(a, b, dtype=np.int64), r.shape[1]))
+        vals.append(sg.ravel().astype(np.float32) / np.float32(np.sqrt(r.shape[1])))
+    r_t, c_t = torch.from_numpy(np.concatenate(rows)), torch.from_numpy(np.concatenate(cols))
+    v_t = torch.from_numpy(np.concatenate(vals))
+    phi = torch.sparse_coo_tensor(torch.stack([r_t, c_t]), v_t, (spec.q, spec.n), check_invariants=False)
+    phi_t = torch.sparse_coo_tensor(torch.stack([c_t, r_t]), v_t, (spec.n, spec.q), check_invariants=False)
+    return phi.coalesce().to_sparse_csr(), phi_t.coalesce().to_sparse_csr()
 
 
-@dataclass(frozen=True)
-class GradientUpload:
-    """A party's round result: public-parameter gradients (quantized or dense) and metric sums."""
-
-    party_id: str
-    round_index: int
-    loss: float
-    quantized: dict[str, QuantizedArray] = field(default_factory=dict)
-    dense: dict[str, np.ndarray] = field(default_factory=dict)
-    metrics: dict[str, MetricSums] = field(default_factory=dict)
-
-    def nbytes(self) -> int:
-        """Payload size of the gradients."""
-        return sum(q.nbytes() for q in self.quantized.values()) + sum(int(a.nbytes) for a in self.dense.values())
-
-
-@dataclass(frozen=True)
-class RoundMetrics:
-    """Coordinator-side summary of one round (metrics are of the model at the start of the round)."""
-
-    round_index: int
-    participants: list[str]
-    loss: float
-    rmse: dict[str, float]  # split -> RMSE over participating parties
-    mae: dict[str, float]
-    per_party: dict[str, dict[str, float]]  # party -> {"train_rmse", "valid_rmse", "test_rmse", "test_mae", ...}
-    upload_bytes: int
-    upload_nonzeros: int
-
-
-def party_number(party_id: str) -> int:
-    """Stable integer of a party id (for seeding; independent of dict order and process)."""
-    return zlib.crc32(party_id.encode("utf-8"))
-
-
-def rmse_mae(sums: list[MetricSums]) -> tuple[float, float]:
-    """RMSE and MAE from summed errors (nan when there is nothing to score)."""
-    n = sum(s.count for s in sums)
-    if n == 0:
-        return float("nan"), float("nan")
-    return float(np.sqrt(sum(s.sse for s in sums) / n)), float(sum(s.sae for s in sums) / n)
+def make_optimizer(config: TrainConfig, params: list[torch.nn.Parameter], lr: float) -> torch.optim.Optimizer:
+    """Adagrad (paper) or Adam over `params`."""
+    if config.optimizer == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    return torch.optim.Adagrad(params, lr=lr)

@@ -1,0 +1,1 @@
+"""VerFedGNN: config, data types, the party and coordinator trainers, the round sequence and its wire messages."""

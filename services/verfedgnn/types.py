@@ -1,0 +1,144 @@
+"""VerFedGNN data types: a party's ratings, round uploads, metric sums and round summaries.
+
+Plain numpy dataclasses, so the same objects travel in-process or (encoded by
+`services.verfedgnn.messages`) over HTTP.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from models import metrics
+
+SPLITS = ("train", "valid", "test")
+SPLIT_CODES = {"train": 0, "valid": 1, "test": 2}  # how a party stores evaluation labels
+
+
+@dataclass(frozen=True)
+class RatingTriples:
+    """Parallel arrays of (user index, party-local item index, rating)."""
+
+    users: np.ndarray  # int64
+    items: np.ndarray  # int64
+    ratings: np.ndarray  # float32
+
+    def __len__(self) -> int:
+        return int(self.ratings.shape[0])
+
+    @staticmethod
+    def empty() -> RatingTriples:
+        """No ratings."""
+        return RatingTriples(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))
+
+
+@dataclass(frozen=True)
+class PartyData:
+    """What one party holds: its items' ratings by split; users are the aligned common users."""
+
+    party_id: str
+    n_users: int
+    n_items: int
+    total_items: int  # Σ_i M_i over all parties: public, announced once
+    train: RatingTriples
+    valid: RatingTriples = field(default_factory=RatingTriples.empty)
+    test: RatingTriples = field(default_factory=RatingTriples.empty)
+    rating_min: float = 1.0  # predictions are clamped to the rating range when scored
+    rating_max: float = 5.0
+
+    def split(self, name: str) -> RatingTriples:
+        """Ratings of split `name` (train/valid/test)."""
+        return {"train": self.train, "valid": self.valid, "test": self.test}[name]
+
+
+@dataclass(frozen=True)
+class QuantizedArray:
+    """Sparse ternary upload of one gradient: value r·sign at `indices` (flat), zero elsewhere."""
+
+    shape: tuple[int, ...]
+    r: float
+    indices: np.ndarray  # int64, flat positions
+    signs: np.ndarray  # int8, ±1
+
+    def nbytes(self) -> int:
+        """Bytes on the wire (indices + signs)."""
+        return int(self.indices.nbytes + self.signs.nbytes)
+
+
+@dataclass(frozen=True)
+class MetricSums:
+    """Sums a party reports for one split: squared and absolute errors and the count."""
+
+    sse: float = 0.0
+    sae: float = 0.0
+    count: int = 0
+
+
+@dataclass(frozen=True)
+class GradientUpload:
+    """A party's round result: public-parameter gradients (quantized or dense) and metric sums."""
+
+    party_id: str
+    round_index: int
+    loss: float
+    quantized: dict[str, QuantizedArray] = field(default_factory=dict)
+    dense: dict[str, np.ndarray] = field(default_factory=dict)
+    metrics: dict[str, MetricSums] = field(default_factory=dict)
+
+    def nbytes(self) -> int:
+        """Payload size of the gradients."""
+        return sum(q.nbytes() for q in self.quantized.values()) + sum(int(a.nbytes) for a in self.dense.values())
+
+
+@dataclass(frozen=True)
+class RoundMetrics:
+    """Coordinator-side summary of one round (metrics are of the model at the start of the round)."""
+
+    round_index: int
+    participants: list[str]
+    loss: float
+    rmse: dict[str, float]  # split -> RMSE over participating parties
+    mae: dict[str, float]
+    per_party: dict[str, dict[str, float]]  # party -> {"train_rmse", "valid_rmse", "test_rmse", "test_mae", ...}
+    upload_bytes: int
+    upload_nonzeros: int
+
+
+def party_number(party_id: str) -> int:
+    """Stable integer of a party id (for seeding; independent of dict order and process)."""
+    return zlib.crc32(party_id.encode("utf-8"))
+
+
+def rmse_mae(sums: list[MetricSums]) -> tuple[float, float]:
+    """RMSE and MAE of pooled metric sums (nan when there is nothing to score)."""
+    return metrics.rmse_mae(sum(s.sse for s in sums), sum(s.sae for s in sums), sum(s.count for s in sums))
+
+
+def build_party_data(
+    *, party_id: str, user_order: list[str], item_order: list[str], users: list[str], items: list[str],
+    ratings: np.ndarray, codes: np.ndarray, total_items: int, rating_min: float, rating_max: float,
+) -> PartyData:
+    """PartyData over the aligned users (in `user_order`) and own items; ratings of other users are dropped.
+
+    Each split is sorted by (user index, item index): the engine's float sums (loss, scatter-adds
+    into embedding gradients, graph edges) depend on the order of the ratings, and the order rows
+    come out of a database (or a data set file) is arbitrary. A canonical order makes the HTTP
+    parties and the in-process reference compute bit-identical rounds.
+    """
+    uidx = {u: k for k, u in enumerate(user_order)}
+    iidx = {v: k for k, v in enumerate(item_order)}
+    u = np.array([uidx.get(x, -1) for x in users], dtype=np.int64)
+    i = np.array([iidx.get(x, -1) for x in items], dtype=np.int64)
+    r = np.asarray(ratings, np.float32)
+    keep = (u >= 0) & (i >= 0)
+
+    def part(code: int) -> RatingTriples:
+        m = np.flatnonzero(keep & (codes == code))
+        m = m[np.lexsort((r[m], i[m], u[m]))]  # by user, then item (then rating: fully order-free)
+        return RatingTriples(u[m], i[m], r[m])
+
+    return PartyData(party_id=party_id, n_users=len(user_order), n_items=len(item_order), total_items=total_items,
+                     train=part(SPLIT_CODES["train"]), valid=part(SPLIT_CODES["valid"]),
+                     test=part(SPLIT_CODES["test"]), rating_min=rating_min, rating_max=rating_max)
