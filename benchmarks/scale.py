@@ -19,10 +19,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from services.coordinator.training import CoordinatorTrainer
 from services.data.synthetic import generate
-from services.party.training import PartyTrainer
 from services.verfedgnn.config import TrainConfig
+from services.verfedgnn.coordinator import CoordinatorTrainer
+from services.verfedgnn.party import PartyTrainer
 from services.verfedgnn.types import PartyData, RatingTriples
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from services.coordinator.training import CoordinatorTrainer
-from services.party.training import PartyTrainer
+from services.verfedgnn.coordinator import CoordinatorTrainer
+from services.verfedgnn.party import PartyTrainer
 from services.verfedgnn.types import RoundMetrics
 
 

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from services.coordinator.inprocess import InProcessFederation
-from services.coordinator.training import CoordinatorTrainer
 from services.data.types import Dataset, Ratings
-from services.party.training import PartyTrainer
 from services.verfedgnn.config import TrainConfig
+from services.verfedgnn.coordinator import CoordinatorTrainer
+from services.verfedgnn.party import PartyTrainer
 from services.verfedgnn.types import SPLIT_CODES, PartyData, RoundMetrics, build_party_data
 
 

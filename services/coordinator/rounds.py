@@ -10,10 +10,10 @@ from typing import TypeVar
 import numpy as np
 
 from services.coordinator.client import PartyClient
-from services.coordinator.training import CoordinatorTrainer
 from services.errors import DomainError
 from services.protocol.arrays import decode_array, encode_array
 from services.protocol.federation import pack_tree
+from services.verfedgnn.coordinator import CoordinatorTrainer
 from services.verfedgnn.messages import decode_upload
 from services.verfedgnn.types import GradientUpload, RoundMetrics
 

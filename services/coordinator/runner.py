@@ -18,9 +18,9 @@ from services.coordinator import registry, runs
 from services.coordinator.client import PartyClient, TrafficCounter
 from services.coordinator.psi import align_users
 from services.coordinator.rounds import fan_out, run_round
-from services.coordinator.training import CoordinatorTrainer
 from services.errors import DomainError, PartyUnavailable, ValidationFailed
 from services.verfedgnn.config import TrainConfig
+from services.verfedgnn.coordinator import CoordinatorTrainer
 from services.verfedgnn.messages import ConfigureRequest, ConfigureResponse, StartRequest
 from services.verfedgnn.state_codec import dump_state, load_state
 from services.verfedgnn.types import SPLITS, RoundMetrics

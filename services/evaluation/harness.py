@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from services.coordinator.inprocess import InProcessFederation
-from services.coordinator.training import CoordinatorTrainer
 from services.data.splits import vertical_split, with_validation
 from services.data.types import Dataset, Ratings
-from services.party.training import PartyTrainer
 from services.verfedgnn.config import TrainConfig
+from services.verfedgnn.coordinator import CoordinatorTrainer
+from services.verfedgnn.party import PartyTrainer
 from services.verfedgnn.types import MetricSums, PartyData, RatingTriples, RoundMetrics, rmse_mae
 
 PROTOCOLS = ("centralized", "federated", "local")

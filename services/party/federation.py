@@ -14,7 +14,6 @@ from services.crypto.psi import PsiParty
 from services.errors import NotFound, ProtocolError, ValidationFailed
 from services.party import fed_store as store
 from services.party.serving import ServingModel, publish
-from services.party.training import PartyTrainer
 from services.protocol.arrays import decode_array, encode_array
 from services.protocol.federation import pack_tree, unpack_tree
 from services.protocol.psi import decode_points, encode_points
@@ -26,6 +25,7 @@ from services.verfedgnn.messages import (
     StartResponse,
     encode_upload,
 )
+from services.verfedgnn.party import PartyTrainer
 from services.verfedgnn.state_codec import dump_state, load_state
 from services.verfedgnn.types import PartyData, build_party_data
 

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from services.coordinator.inprocess import InProcessFederation
-from services.coordinator.training import CoordinatorTrainer
 from services.errors import ProtocolError
-from services.party.training import PartyTrainer
 from services.verfedgnn.config import TrainConfig, shared_projection
+from services.verfedgnn.coordinator import CoordinatorTrainer
+from services.verfedgnn.party import PartyTrainer
 from services.verfedgnn.types import PartyData, RatingTriples
 
 

@@ -15,11 +15,24 @@ import torch
 
 from models.graph import BipartiteGraph
 from models.metrics import error_sums
-from models.vertical import PartyForward, PrivateItems, PublicModel, build_private, build_public, predict
+from models.vertical import (
+    PartyForward,
+    PrivateItems,
+    PublicModel,
+    build_private,
+    build_public,
+    predict,
+)
 from services.crypto.projection import ProjectionSpec, project, projection_matrix, reconstruct
 from services.crypto.quantization import quantize_gradients
 from services.errors import ProtocolError
-from services.verfedgnn.config import TrainConfig, make_optimizer, model_config, shared_projection, sparse_phi
+from services.verfedgnn.config import (
+    TrainConfig,
+    make_optimizer,
+    model_config,
+    shared_projection,
+    sparse_phi,
+)
 from services.verfedgnn.types import (
     SPLITS,
     GradientUpload,
