@@ -17,11 +17,11 @@ import httpx
 import torch
 
 from cli.localfed import CoordinatorClient, coordinator_proc, load_party, party_proc
-from services.coordinator.reference import run_reference
 from services.data.movielens import load_ml100k
 from services.data.splits import vertical_split_dataset
 from services.evaluation.runner import PRESETS, preset_values
 from services.verfedgnn.config import TrainConfig
+from services.verfedgnn.reference import run_reference
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -18,10 +18,10 @@ from rich.table import Table
 
 from cli.http import checked
 from cli.localfed import API_KEY, CoordinatorClient, coordinator_proc, load_party, party_proc
-from services.coordinator.reference import party_datas
 from services.data.types import Dataset
 from services.errors import DomainError
 from services.verfedgnn.config import TrainConfig
+from services.verfedgnn.reference import party_datas
 
 console = Console()
 

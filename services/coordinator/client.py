@@ -1,4 +1,8 @@
-"""PartyClient: the coordinator's only way to reach a party (httpx, timeouts, retries with backoff, byte counters)."""
+"""PartyClient: the coordinator's only way to reach a party (httpx, timeouts, retries with backoff, byte counters).
+
+It owns the party federation API's paths: callers name a step (`configure`, `begin`, …), never a URL.
+`HttpPartyLink` binds a client to one run, as the round sequence's PartyLink over HTTP.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +10,25 @@ import json
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
+import numpy as np
 
 from services.coordinator.registry import PartyEndpoint
 from services.errors import PartyUnavailable, raise_for
 from services.protocol import PROTOCOL_VERSION
-from services.protocol.federation import FEDERATION_MEDIA_TYPE
+from services.protocol.arrays import decode_array, encode_array
+from services.protocol.federation import FEDERATION_MEDIA_TYPE, pack_tree
+from services.verfedgnn.messages import (
+    ConfigureRequest,
+    ConfigureResponse,
+    StartRequest,
+    StartResponse,
+    decode_upload,
+)
+from services.verfedgnn.types import GradientUpload
 
 PROTOCOL_HEADER = "X-Fedrec-Protocol"
 
@@ -116,3 +131,82 @@ class PartyClient:
                                    extra={"party_id": self.party_id})
         self._raise_for(resp, path)
         return dict(resp.json()) if resp.content else {}
+
+    # ---- the party federation API (/v1/federation): its paths are spelled here only ----------
+    @staticmethod
+    def _run_path(run_id: str) -> str:
+        return f"/v1/federation/runs/{run_id}"
+
+    def _step_path(self, run_id: str, round_index: int, attempt: int, step: str) -> str:
+        return f"{self._run_path(run_id)}/rounds/{round_index}/{step}?attempt={attempt}"
+
+    def psi_start(self, *, run_id: str) -> bytes:
+        """PSI step 1: the party's singly-blinded user list (concatenated points)."""
+        return self.post_bytes(f"{self._run_path(run_id)}/psi/start")
+
+    def psi_reblind(self, *, run_id: str, points: bytes) -> bytes:
+        """PSI ring step: another party's points raised to this party's secret, order kept."""
+        return self.post_bytes(f"{self._run_path(run_id)}/psi/reblind", points)
+
+    def psi_finish(self, *, run_id: str, body: bytes) -> int:
+        """Last PSI step (npz of own and intersection tokens); returns the aligned user count."""
+        return int(json.loads(self.post_bytes(f"{self._run_path(run_id)}/psi/finish", body))["n_users"])
+
+    def configure(self, *, request: ConfigureRequest) -> ConfigureResponse:
+        """Open a run at the party; it answers its item count and training-rating sums."""
+        return ConfigureResponse(**self.post_json(f"{self._run_path(request.run_id)}/configure", request.model_dump()))
+
+    def start(self, *, run_id: str, request: StartRequest) -> StartResponse:
+        """Build (or restore) the party's trainer with the public totals."""
+        return StartResponse(**self.post_json(f"{self._run_path(run_id)}/start", request.model_dump()))
+
+    def begin(self, *, run_id: str, round_index: int, attempt: int, public: bytes) -> None:
+        """Round step: the packed public parameters down."""
+        self.post_bytes(self._step_path(run_id, round_index, attempt, "begin"), public)
+
+    def projection(self, *, run_id: str, round_index: int, attempt: int, layer: int) -> np.ndarray:
+        """Round step: the party's projected aggregate Y_p^k up."""
+        path = self._step_path(run_id, round_index, attempt, f"layers/{layer}/projection")
+        return decode_array(self.post_bytes(path), dtype=np.float32)
+
+    def others(self, *, run_id: str, round_index: int, attempt: int, layer: int, others: np.ndarray) -> None:
+        """Round step: the relayed sum of the other parties' projections down."""
+        self.post_bytes(self._step_path(run_id, round_index, attempt, f"layers/{layer}/others"), encode_array(others))
+
+    def finish(self, *, run_id: str, round_index: int, attempt: int) -> GradientUpload:
+        """Round step: the party's protected gradients and metric sums up (checked to be its own, this round)."""
+        data = self.post_bytes(self._step_path(run_id, round_index, attempt, "finish"))
+        return decode_upload(data, party_id=self.party_id, round_index=round_index)
+
+    def publish(self, *, run_id: str, round_index: int) -> int:
+        """Store the run's serving model at the party; returns its version."""
+        return int(self.post_json(f"{self._run_path(run_id)}/publish", {"round_index": round_index})["version"])
+
+
+class HttpPartyLink:
+    """The round sequence's PartyLink over HTTP: one party's federation API, for one run."""
+
+    def __init__(self, client: PartyClient, *, run_id: str) -> None:
+        self.client = client
+        self.run_id = run_id
+
+    @property
+    def party_id(self) -> str:
+        """Id of the party behind the link."""
+        return self.client.party_id
+
+    def begin(self, *, round_index: int, attempt: int, public: Mapping[str, np.ndarray]) -> None:
+        """Public parameters down (npz)."""
+        self.client.begin(run_id=self.run_id, round_index=round_index, attempt=attempt, public=pack_tree(dict(public)))
+
+    def projection(self, *, round_index: int, attempt: int, layer: int) -> np.ndarray:
+        """Y_p^k up."""
+        return self.client.projection(run_id=self.run_id, round_index=round_index, attempt=attempt, layer=layer)
+
+    def others(self, *, round_index: int, attempt: int, layer: int, others: np.ndarray) -> None:
+        """The relayed sum of the other parties' projections down."""
+        self.client.others(run_id=self.run_id, round_index=round_index, attempt=attempt, layer=layer, others=others)
+
+    def finish(self, *, round_index: int, attempt: int) -> GradientUpload:
+        """Protected gradients and metric sums up."""
+        return self.client.finish(run_id=self.run_id, round_index=round_index, attempt=attempt)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 
 import numpy as np
@@ -24,13 +23,13 @@ def _points(data: bytes, party_id: str) -> list[bytes]:
 def align_users(*, clients: Mapping[str, PartyClient], run_id: str) -> int:
     """Run multi-party ECDH-PSI through the parties; returns the size of the user intersection."""
     names = sorted(clients)
-    base = f"/v1/federation/runs/{run_id}/psi"
-    lists = {p: _points(clients[p].post_bytes(f"{base}/start"), p) for p in names}
+    lists = {p: _points(clients[p].psi_start(run_id=run_id), p) for p in names}
     for step in range(1, len(names)):
         nxt: dict[str, list[bytes]] = {}
         for reblinder in names:
             owner = ring_owner(names, reblinder=reblinder, step=step)
-            answer = _points(clients[reblinder].post_bytes(f"{base}/reblind", encode_points(lists[owner])), reblinder)
+            answer = _points(clients[reblinder].psi_reblind(run_id=run_id, points=encode_points(lists[owner])),
+                             reblinder)
             if len(answer) != len(lists[owner]):
                 raise ProtocolError(f"party {reblinder} changed the length of a PSI list")
             nxt[owner] = answer
@@ -40,7 +39,7 @@ def align_users(*, clients: Mapping[str, PartyClient], run_id: str) -> int:
     sizes = set()
     for p in names:
         body = pack_tree({"own": np.frombuffer(b"".join(lists[p]), dtype=np.uint8), "intersection": common_arr})
-        sizes.add(int(json.loads(clients[p].post_bytes(f"{base}/finish", body))["n_users"]))
+        sizes.add(clients[p].psi_finish(run_id=run_id, body=body))
     if sizes != {len(common)}:
         raise ProtocolError(f"parties disagree on the intersection size: {sorted(sizes)} vs {len(common)}")
     return len(common)

@@ -15,13 +15,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from services.config import CoordinatorSettings
 from services.coordinator import registry, runs
-from services.coordinator.client import PartyClient, TrafficCounter
+from services.coordinator.client import HttpPartyLink, PartyClient, TrafficCounter
 from services.coordinator.psi import align_users
-from services.coordinator.rounds import fan_out, run_round
 from services.errors import DomainError, PartyUnavailable, ValidationFailed
 from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.coordinator import CoordinatorTrainer
-from services.verfedgnn.messages import ConfigureRequest, ConfigureResponse, StartRequest
+from services.verfedgnn.messages import ConfigureRequest, StartRequest, StartResponse
+from services.verfedgnn.rounds import fan_out, run_round
 from services.verfedgnn.state_codec import dump_state, load_state
 from services.verfedgnn.types import SPLITS, RoundMetrics
 
@@ -174,8 +174,7 @@ class RunManager:
         while True:
             self._check(run_id)
             clients = self._clients(party_ids, counter)
-            answers, failures = fan_out(self._pool, clients, lambda c: ConfigureResponse(**c.post_json(
-                f"/v1/federation/runs/{run_id}/configure", request.model_dump())))
+            answers, failures = fan_out(self._pool, clients, lambda c: c.configure(request=request))
             failures.update({p: "not registered or disabled" for p in set(party_ids) - set(clients)})
             if failures:
                 self._wait(run_id, runs.PAUSED, f"configuration waits for parties: {failures}")
@@ -184,9 +183,8 @@ class RunManager:
             n = sum(a.train_count for a in answers.values())
             mean = sum(a.train_sum for a in answers.values()) / max(1, n)
             start = StartRequest(total_items=max(1, sum(counts.values())), item_counts=counts, global_mean=mean)
-            body = start.model_dump()
-            def start_party(c: PartyClient) -> Any:
-                return c.post_json(f"/v1/federation/runs/{run_id}/start", body)
+            def start_party(c: PartyClient, request: StartRequest = start) -> StartResponse:
+                return c.start(run_id=run_id, request=request)
 
             _, failures = fan_out(self._pool, clients, start_party)
             if failures:
@@ -221,8 +219,9 @@ class RunManager:
                 self._wait(run_id, runs.PAUSED, f"round {t}: only {sorted(clients)} enabled, "
                            f"min_parties={run.min_parties}")
                 continue
-            outcome = run_round(coord=coord, clients=clients, pool=self._pool, run_id=run_id, round_index=t,
-                                attempt=attempt, min_parties=run.min_parties)
+            links = {p: HttpPartyLink(c, run_id=run_id) for p, c in clients.items()}
+            outcome = run_round(coord=coord, links=links, pool=self._pool, round_index=t, attempt=attempt,
+                                min_parties=run.min_parties)
             sent, received = counter.snapshot()
             if outcome.metrics is None:
                 attempt += 1
@@ -255,8 +254,7 @@ class RunManager:
             history = runs.rounds_of(session=session, run_id=run_id)
         last = run.rounds_done - 1
         clients = self._clients(party_ids, counter)
-        _, failures = fan_out(self._pool, clients, lambda c: c.post_json(
-            f"/v1/federation/runs/{run_id}/publish", {"round_index": last}))
+        _, failures = fan_out(self._pool, clients, lambda c: c.publish(run_id=run_id, round_index=last))
         self._flush(run_id, counter)
         test = history[-1].metrics.get("test_rmse", math.nan) if history else math.nan
         detail = f"completed {run.rounds_done} rounds; " + (

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from services.coordinator.inprocess import InProcessFederation
 from services.data.splits import vertical_split, with_validation
 from services.data.types import Dataset, Ratings
 from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.coordinator import CoordinatorTrainer
 from services.verfedgnn.party import PartyTrainer
+from services.verfedgnn.rounds import InProcessFederation
 from services.verfedgnn.types import MetricSums, PartyData, RatingTriples, RoundMetrics, rmse_mae
 
 PROTOCOLS = ("centralized", "federated", "local")

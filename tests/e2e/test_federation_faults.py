@@ -16,9 +16,9 @@ from cli.localfed import (
     party_proc,
     start_all,
 )
-from services.coordinator.reference import run_reference
 from services.data.types import Dataset
 from services.verfedgnn.config import TrainConfig
+from services.verfedgnn.reference import run_reference
 from tests.support.federation import TINY_CONFIG, tiny_parties
 
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}  # tiny models: thread start-up costs more than it saves on 2 cores

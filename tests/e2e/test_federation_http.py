@@ -13,13 +13,13 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 from cli.localfed import API_KEY, COORD_TOKEN
-from services.coordinator.reference import party_datas, run_reference
 from services.db.party_tables import FederationState, ModelArtifact
 from services.protocol import PROTOCOL_VERSION
 from services.protocol.arrays import decode_array
 from services.protocol.federation import pack_tree, unpack_tree
 from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.messages import decode_upload
+from services.verfedgnn.reference import party_datas, run_reference
 from tests.support.federation import TINY_CONFIG, Federation, federation
 
 ROUNDS, SEED = 6, 5

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.coordinator.inprocess import InProcessFederation
 from services.errors import ProtocolError
 from services.verfedgnn.config import TrainConfig, shared_projection
 from services.verfedgnn.coordinator import CoordinatorTrainer
 from services.verfedgnn.party import PartyTrainer
+from services.verfedgnn.rounds import InProcessFederation
 from services.verfedgnn.types import PartyData, RatingTriples
 
 

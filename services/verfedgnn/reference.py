@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.coordinator.inprocess import InProcessFederation
 from services.data.types import Dataset, Ratings
 from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.coordinator import CoordinatorTrainer
 from services.verfedgnn.party import PartyTrainer
+from services.verfedgnn.rounds import InProcessFederation
 from services.verfedgnn.types import SPLIT_CODES, PartyData, RoundMetrics, build_party_data
 
 
