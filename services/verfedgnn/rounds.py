@@ -158,7 +158,7 @@ class InProcessFederation:
     def __init__(self, *, coordinator: CoordinatorTrainer, parties: Mapping[str, PartyTrainer]) -> None:
         self.coordinator = coordinator
         self.parties = dict(sorted(parties.items()))
-        self.links = {name: InProcessLink(trainer) for name, trainer in self.parties.items()}
+        self.links: dict[str, PartyLink] = {name: InProcessLink(trainer) for name, trainer in self.parties.items()}
 
     def run_round(self, round_index: int) -> RoundMetrics:
         """One round with every selected party; a party's failure fails the round (ProtocolError)."""

@@ -13,7 +13,7 @@ from services.verfedgnn.rounds import InProcessFederation
 from services.verfedgnn.types import PartyData, RatingTriples
 
 
-def tiny_parties(seed: int = 0, n_users: int = 40, items: tuple[int, int] = (12, 8)) -> list[PartyData]:
+def tiny_parties(seed: int = 0, n_users: int = 40, items: tuple[int, ...] = (12, 8)) -> list[PartyData]:
     rng = np.random.default_rng(seed)
     out = []
     for k, m in enumerate(items):
