@@ -9,8 +9,7 @@ import numpy as np
 from services.coordinator.client import PartyClient
 from services.crypto.psi import intersect_tokens, ring_owner
 from services.errors import ProtocolError
-from services.protocol.federation import pack_tree
-from services.protocol.psi import decode_points, encode_points
+from services.protocol.federation import decode_points, encode_points, pack_tree
 
 
 def _points(data: bytes, party_id: str) -> list[bytes]:

@@ -15,8 +15,7 @@ from services.errors import NotFound, ProtocolError, ValidationFailed
 from services.party import fed_store as store
 from services.party.serving import ServingModel, publish
 from services.protocol.arrays import decode_array, encode_array
-from services.protocol.federation import pack_tree, unpack_tree
-from services.protocol.psi import decode_points, encode_points
+from services.protocol.federation import decode_points, encode_points, pack_tree, unpack_tree
 from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.messages import (
     ConfigureRequest,

@@ -1,4 +1,4 @@
-"""Binary wire encodings for federation payloads: nested dicts/lists of arrays and scalars as one npz."""
+"""Binary wire encodings for federation payloads: nested dicts/lists of arrays and scalars as one npz; PSI points."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import numpy as np
 from services.errors import ProtocolError
 
 FEDERATION_MEDIA_TYPE = "application/octet-stream"
+PSI_POINT_BYTES = 32
 _MANIFEST = "__manifest__"
 
 
@@ -75,3 +76,20 @@ def unpack_tree(data: bytes, *, max_bytes: int = 1 << 31, finite: bool = True) -
             if arr.dtype.kind == "f" and not np.isfinite(arr).all():
                 raise ProtocolError(f"array {name} contains NaN or infinity")
     return _inflate(manifest, arrays)
+
+
+def encode_points(points: list[bytes]) -> bytes:
+    """Concatenate fixed-size curve points."""
+    if any(len(p) != PSI_POINT_BYTES for p in points):
+        raise ProtocolError("every PSI point must be 32 bytes")
+    return b"".join(points)
+
+
+def decode_points(data: bytes, *, max_count: int = 50_000_000) -> list[bytes]:
+    """Split concatenated 32-byte points."""
+    if len(data) % PSI_POINT_BYTES:
+        raise ProtocolError(f"PSI payload of {len(data)} bytes is not a multiple of {PSI_POINT_BYTES}")
+    n = len(data) // PSI_POINT_BYTES
+    if n > max_count:
+        raise ProtocolError(f"too many PSI points ({n})")
+    return [data[i * PSI_POINT_BYTES:(i + 1) * PSI_POINT_BYTES] for i in range(n)]

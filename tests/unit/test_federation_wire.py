@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from services.errors import ProtocolError
-from services.protocol.federation import pack_tree, unpack_tree
-from services.protocol.psi import decode_points, encode_points
+from services.protocol.federation import decode_points, encode_points, pack_tree, unpack_tree
 
 
 def test_tree_round_trip_keeps_dtypes_shapes_and_scalars() -> None:
