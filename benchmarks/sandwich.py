@@ -33,10 +33,11 @@ from services.crypto.paillier import (
     generate_keypair,
     homomorphic_update,
     raw_decrypt_many,
+    sandwich_product,
 )
-from services.crypto.paillier_fast import k_random_factors
-from services.crypto.paillier_reference import phe_left_row, phe_right_entry
-from services.crypto.paillier_sandwich import right_plan, sandwich_product
+from services.crypto.paillier.kernels import k_random_factors
+from services.crypto.paillier.reference import phe_left_row, phe_right_entry
+from services.crypto.paillier.sandwich import right_plan
 
 
 def load_lsym(data: Path) -> SparseRows:

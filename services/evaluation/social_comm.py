@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from services.crypto import dp, paillier
-from services.crypto.paillier_matrix import EncryptedMatrix, PackedResult
+from services.crypto.paillier import EncryptedMatrix, PackedResult
 from services.evaluation.social import SocialData, index_dataset
 from services.party.social_graph import normalized_laplacian
 from services.party.social_paillier import PaillierSession, sparse_rows

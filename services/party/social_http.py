@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from services.crypto.paillier_matrix import EncryptedMatrix, PackedResult
+from services.crypto.paillier import EncryptedMatrix, PackedResult
 from services.errors import (
     Conflict,
     CryptoError,

@@ -3,7 +3,8 @@
 Social party side (`PaillierEngine`): stores [X] (row chunks, range-checked), computes
 [(B L) X W_P2 + Z] and [(B L B^T) G W_P2^T + Z'] with `paillier.sandwich_product` (packed,
 re-randomised outputs) and applies [X_B] <- [X_B] + [dX_B] with `homomorphic_update`.
-Rating party side (`PaillierSession`): key pair + DJN context, encrypts X / G / dX, decrypts results.
+Rating party side (`PaillierSession`): key pair + DJN context, encrypts X / G / dX, decrypts results;
+its private key file (`save_private_key`, `load_private_key`: crypto does no file I/O).
 Privacy: the social party sees only ciphertexts (IND-CPA under DCR + the DJN short-exponent
 assumption); the rating party sees J + Z only. Public bounds (row norm C of [X] and G, max row
 l1 of L_sym, spectral norm C of W_P2, |Z| <= noise_bound) size the slots, so the slot width
@@ -12,14 +13,17 @@ reveals nothing data-dependent; noise is truncated at noise_bound (>= 12 sigma: 
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 from phe import PaillierPrivateKey, PaillierPublicKey
 
-from services.crypto import fixed_point, paillier
-from services.crypto.paillier_matrix import EncryptedMatrix, PackedResult, SparseRows
+from services.crypto import paillier
+from services.crypto.paillier import EncryptedMatrix, PackedResult, SparseRows, fixed_point
 from services.errors import CryptoError, ProtocolError
 
 FRAC_BITS = 20
@@ -154,6 +158,31 @@ class PaillierSession:
     def close(self) -> None:
         """Stop the context's worker processes."""
         self.ctx.close()
+
+
+def save_private_key(private_key: PaillierPrivateKey, path: str | Path, *,
+                     h_s: int | None = None) -> None:
+    """Write p, q (and h_s) as JSON to a new file created with 0600 permissions."""
+    data = {"p": str(private_key.p), "q": str(private_key.q)}
+    if h_s is not None:
+        data["h_s"] = str(h_s)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, json.dumps(data).encode())
+    finally:
+        os.close(fd)
+
+
+def load_private_key(path: str | Path) -> tuple[PaillierPrivateKey, int | None]:
+    """Read a key file written by `save_private_key`; refuses group/world-readable files."""
+    if os.stat(path).st_mode & 0o077:
+        raise CryptoError(f"private key file {path} is readable by others (need 0600)")
+    data = json.loads(Path(path).read_text())
+    p, q = int(data["p"]), int(data["q"])
+    public_key = PaillierPublicKey(p * q)
+    h_s = int(data["h_s"]) if "h_s" in data else None
+    return PaillierPrivateKey(public_key, p, q), h_s
 
 
 def paillier_social_party(*, config: Any, adjacency: sp.spmatrix, public_key: PaillierPublicKey, h_s: int,

@@ -12,7 +12,7 @@ from phe import PaillierPublicKey
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, aliased, sessionmaker
 
-from services.crypto.paillier_matrix import EncryptedMatrix, PackedResult
+from services.crypto.paillier import EncryptedMatrix, PackedResult
 from services.data.types import SocialLinks
 from services.db.party_tables import PrivacyReservation, SocialLink, User
 from services.errors import NotFound, PolicyRefused, PrivacyBudgetExhausted, ProtocolError

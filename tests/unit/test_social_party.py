@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import numpy as np
@@ -17,7 +18,9 @@ from services.party.social_graph import adjacency_from_links, normalized_laplaci
 from services.party.social_paillier import (
     InProcessPaillierBackend,
     PaillierSession,
+    load_private_key,
     paillier_social_party,
+    save_private_key,
 )
 
 N, D = 12, 4
@@ -165,3 +168,14 @@ def test_forward_only_session_halves_releases() -> None:
     backend.forward(np.array([0]))
     with pytest.raises(ProtocolError):
         backend.backward(np.array([0]), np.zeros((1, D)))
+
+
+def test_private_key_file_is_0600(keys: PaillierSession, tmp_path: os.PathLike[str]) -> None:
+    sk, path = keys.private_key, os.path.join(tmp_path, "key.json")
+    save_private_key(sk, path, h_s=keys.h_s)
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    loaded, h_s = load_private_key(path)
+    assert loaded == sk and h_s == keys.h_s
+    os.chmod(path, 0o644)
+    with pytest.raises(CryptoError):
+        load_private_key(path)

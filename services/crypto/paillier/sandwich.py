@@ -23,18 +23,15 @@ from __future__ import annotations
 import math
 import secrets
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import gmpy2
 import numpy as np
 
-from services.crypto import fixed_point
-from services.crypto.packing import PackingSpec, check_spec, pack_plain, spec_for
-from services.crypto.paillier_matrix import EncryptedMatrix, PackedResult, SparseRows
+from services.crypto.paillier import fixed_point
+from services.crypto.paillier.context import PaillierContext
+from services.crypto.paillier.matrix import EncryptedMatrix, PackedResult, SparseRows
+from services.crypto.paillier.packing import PackingSpec, check_spec, pack_plain, spec_for
 from services.errors import CryptoError, ProtocolError
-
-if TYPE_CHECKING:
-    from services.crypto.paillier import PaillierContext
 
 
 def right_plan(n_int: np.ndarray) -> tuple[list, int, int, int]:
@@ -123,7 +120,7 @@ def sandwich_product(ctx: PaillierContext, left: SparseRows, enc: EncryptedMatri
             then leak (rounded to a bit length) through the slot width.
         slot_bits: force W (must cover the bound, else CryptoError).
     Returns:
-        PackedResult (decode with paillier.decrypt_result) or EncryptedMatrix at exponent
+        PackedResult (decode with `context.decrypt_result`) or EncryptedMatrix at exponent
         enc.exponent - (left_frac_bits + right_frac_bits)/4.
     """
     if enc.public_key != ctx.public_key:

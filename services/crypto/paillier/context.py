@@ -1,8 +1,7 @@
-"""Paillier on phe keys, fast path: DJN randomness, fixed point, raw mpz ciphertexts.
+"""Keys, the DJN context, and entry-wise encryption / decryption of matrices (fast path).
 
-Public API of the encrypted sandwich products (P4GCN, SPEC §3). Keys are phe keys and
-every unpacked ciphertext emitted here is ``phe.EncryptedNumber(pk, c, exponent)``;
-packed results come with `decrypt_result`.
+Keys are phe keys and every unpacked ciphertext emitted here is
+``phe.EncryptedNumber(pk, c, exponent)``; packed sandwich results decrypt with `decrypt_result`.
 
 Randomness (Damgard-Jurik-Nielsen). The key owner publishes h_s = h^n mod n^2 with
 h = -x^2 mod n for a random unit x (computed with CRT, it knows p, q). A fresh n-th
@@ -14,29 +13,14 @@ uniform n-th residue (Damgard-Jurik-Nielsen 2010, the variant used by SecretFlow
 ZPaillier and Intel IPCL). phe keys are not necessarily Blum integers, so h generates a
 large subgroup of the squares' negatives rather than all of J_n; the assumption is the
 same one these libraries make. Without h_s (plain phe) use r^n at ~14x the cost.
-
-Usage (A = key owner / rating party, B = social party)::
-
-    pk, sk = generate_keypair(2048)                  # A
-    h_s = djn_hs(sk)                                 # A publishes (pk.n, h_s)
-    ctx = PaillierContext(pk, h_s)                   # both; ctx.close() at the end
-    enc_x = encrypt_matrix(ctx, x, frac_bits=20, bound=1.0)     # A, once per epoch
-    res = sandwich_product(ctx, l_b, enc_x, w_p2, noise,        # B, per batch
-                           left_l1_bound=4.0, right_norm_bound=1.0, noise_bound=0.1)
-    j_f = decrypt_result(sk, res)                    # A: L_B X W_P2 + noise
-    enc_g = encrypt_matrix(ctx, grad_y_b, frac_bits=20)         # A, per batch
-    res = sandwich_product(ctx, l_bb, enc_g, w_p2.T, noise2, ...)  # B
-    enc_x = homomorphic_update(enc_x, batch, encrypt_matrix(ctx, dx_b), bound=1.0)  # B
 """
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import threading
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, Self
 
 import gmpy2
@@ -45,39 +29,14 @@ import phe.util
 from gmpy2 import mpz
 from phe import PaillierPrivateKey, PaillierPublicKey, generate_paillier_keypair
 
-from services.crypto import fixed_point
-from services.crypto.packing import unpack_signed
-from services.crypto.paillier_fast import Engine, FastCore, build_table
-from services.crypto.paillier_matrix import EncryptedMatrix, PackedResult, SparseRows
+from services.crypto.paillier import fixed_point
+from services.crypto.paillier.kernels import Engine, FastCore, build_table
+from services.crypto.paillier.matrix import EncryptedMatrix, PackedResult
+from services.crypto.paillier.packing import unpack_signed
 from services.errors import CryptoError, ProtocolError
-
-__all__ = [
-    "EncryptedMatrix",
-    "FastPublicKey",
-    "PackedResult",
-    "PaillierContext",
-    "Rng",
-    "SparseRows",
-    "decrypt_matrix",
-    "decrypt_result",
-    "djn_hs",
-    "encrypt_matrix",
-    "generate_keypair",
-    "homomorphic_update",
-    "load_private_key",
-    "phe_sandwich_reference",
-    "precompute_randomness",
-    "raw_decrypt_many",
-    "require_gmp",
-    "rerandomize",
-    "sandwich_product",
-    "save_private_key",
-]
 
 Rng = Callable[[int], int]
 """Cryptographic randomness source: rng(k) returns k uniform random bits (secrets.randbits)."""
-
-MIN_KEY_BITS = 2048
 
 
 def require_gmp() -> None:
@@ -160,31 +119,6 @@ class PaillierContext:
 
 FastPublicKey = PaillierContext
 """Alias: the context is the 'fast public key' (phe key + h_s + table + workers)."""
-
-
-def save_private_key(private_key: PaillierPrivateKey, path: str | Path, *,
-                     h_s: int | None = None) -> None:
-    """Write p, q (and h_s) as JSON to a new file created with 0600 permissions."""
-    data = {"p": str(private_key.p), "q": str(private_key.q)}
-    if h_s is not None:
-        data["h_s"] = str(h_s)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, json.dumps(data).encode())
-    finally:
-        os.close(fd)
-
-
-def load_private_key(path: str | Path) -> tuple[PaillierPrivateKey, int | None]:
-    """Read a key file written by `save_private_key`; refuses group/world-readable files."""
-    if os.stat(path).st_mode & 0o077:
-        raise CryptoError(f"private key file {path} is readable by others (need 0600)")
-    data = json.loads(Path(path).read_text())
-    p, q = int(data["p"]), int(data["q"])
-    public_key = PaillierPublicKey(p * q)
-    h_s = int(data["h_s"]) if "h_s" in data else None
-    return PaillierPrivateKey(public_key, p, q), h_s
 
 
 def _public_bound(values: np.ndarray, bound: float | None) -> float:
@@ -341,6 +275,3 @@ def _same_key(ctx: PaillierContext, public_key: PaillierPublicKey) -> None:
     if public_key != ctx.public_key:
         raise CryptoError("ciphertexts under a different public key than the context")
 
-
-from services.crypto.paillier_reference import phe_sandwich_reference
-from services.crypto.paillier_sandwich import sandwich_product

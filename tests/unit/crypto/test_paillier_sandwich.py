@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from services.crypto.packing import PackingSpec, pack_plain, spec_for, unpack_signed
+from services.crypto.paillier.packing import PackingSpec, pack_plain, spec_for, unpack_signed
 from services.crypto.paillier import (
     PackedResult,
     PaillierContext,

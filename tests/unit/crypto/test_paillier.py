@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 
 import gmpy2
@@ -19,10 +18,8 @@ from services.crypto.paillier import (
     encrypt_matrix,
     generate_keypair,
     homomorphic_update,
-    load_private_key,
     precompute_randomness,
     rerandomize,
-    save_private_key,
 )
 from services.errors import CryptoError, ProtocolError
 
@@ -137,15 +134,3 @@ def test_homomorphic_update(keys):
         homomorphic_update(enc, [1], encrypt_matrix(ctx, delta))
     with pytest.raises(ProtocolError):
         homomorphic_update(enc, [1, 2], encrypt_matrix(ctx, delta, frac_bits=16))
-
-
-def test_private_key_file_is_0600(keys, tmp_path):
-    _, sk, ctx = keys
-    path = tmp_path / "key.json"
-    save_private_key(sk, path, h_s=ctx.h_s)
-    assert os.stat(path).st_mode & 0o777 == 0o600
-    loaded, h_s = load_private_key(path)
-    assert loaded == sk and h_s == ctx.h_s
-    os.chmod(path, 0o644)
-    with pytest.raises(CryptoError):
-        load_private_key(path)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 from phe import EncryptedNumber
 
-from services.crypto.paillier_matrix import SparseRows
+from services.crypto.paillier.matrix import SparseRows
 
 
 def phe_left_row(left: SparseRows, enc: Sequence[Sequence[EncryptedNumber]], i: int, *,

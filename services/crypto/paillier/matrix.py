@@ -17,7 +17,7 @@ import gmpy2
 import numpy as np
 from phe import EncryptedNumber, PaillierPublicKey
 
-from services.crypto.packing import PackingSpec
+from services.crypto.paillier.packing import PackingSpec
 from services.errors import CryptoError, ProtocolError
 
 _MAGIC = b"FRPM"
@@ -171,7 +171,7 @@ class PackedResult:
     """Packed sandwich output: ciphertext (block, col) holds rows block*S .. block*S+S-1 of col.
 
     Slot s of a packed plaintext holds the signed integer J[block*S + s, col] * 2^frac_bits
-    (frac_bits = -4 * exponent); decode with ``paillier.decrypt_result``.
+    (frac_bits = -4 * exponent); decode with ``context.decrypt_result``.
     """
 
     public_key: PaillierPublicKey
