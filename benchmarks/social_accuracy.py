@@ -17,13 +17,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from services.data.filmtrust import load_filmtrust
-from services.evaluation.social import (
-    FILMTRUST_MODEL,
-    filmtrust_train_config,
-    index_dataset,
-    run_variant,
-)
+from services.evaluation.social import FILMTRUST_MODEL, filmtrust_train_config, run_variant
 from services.evaluation.social_comm import communication_report
+from services.p4gcn.trainer import index_dataset
 
 
 def main() -> None:

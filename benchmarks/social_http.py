@@ -23,15 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cli.localfed import ADMIN, COORD_TOKEN, party_proc
 from services.data.filmtrust import load_filmtrust
-from services.evaluation.social import (
-    FILMTRUST_MODEL,
-    SocialTrainer,
-    filmtrust_train_config,
-    index_dataset,
-    run_variant,
-)
-from services.party.social_http import HttpSocialBackend
-from services.party.social_paillier import PaillierSession
+from services.evaluation.social import FILMTRUST_MODEL, filmtrust_train_config, run_variant
+from services.p4gcn.http import HttpSocialBackend
+from services.p4gcn.keys import PaillierSession
+from services.p4gcn.trainer import SocialTrainer, index_dataset
 
 
 def main() -> None:

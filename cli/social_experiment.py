@@ -16,12 +16,8 @@ def run_social(*, data: Path, seeds: int, out: Path, epochs: int = 30, epsilon: 
                delta: float = 1e-4, variants: tuple[str, ...] = VARIANTS) -> dict[str, dict[str, float]]:
     """Train every variant on FilmTrust (random 80/10/10 split per seed); print and write the summary."""
     from services.data.filmtrust import load_filmtrust
-    from services.evaluation.social import (
-        FILMTRUST_MODEL,
-        filmtrust_train_config,
-        index_dataset,
-        run_variant,
-    )
+    from services.evaluation.social import FILMTRUST_MODEL, filmtrust_train_config, run_variant
+    from services.p4gcn.trainer import index_dataset
 
     rows: dict[str, list[tuple[float, float]]] = {v: [] for v in variants}
     for seed in range(seeds):

@@ -15,9 +15,9 @@ from api_common.errors import ApiError
 from party_api.bodies import read_limited_body
 from services.config import PartySettings
 from services.errors import ProtocolError
+from services.p4gcn.service import SocialService
 from services.party.federation import FederationService
 from services.party.serving import ModelCache
-from services.party.social_service import SocialService
 from services.protocol import PROTOCOL_VERSION
 
 coordinator_scheme = HTTPBearer(

@@ -13,9 +13,10 @@ from api_common.openapi import operation_id
 from party_api.routes import ROUTERS
 from services.config import PartySettings
 from services.db.session import make_engine, make_sessionmaker
+from services.p4gcn.ledger import SocialBudget
+from services.p4gcn.service import SocialService
 from services.party.federation import FederationService
 from services.party.serving import ModelCache
-from services.party.social_service import SocialBudget, SocialService
 
 
 def social_service(settings: PartySettings, sessions: sessionmaker[Session]) -> SocialService | None:

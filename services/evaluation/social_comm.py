@@ -16,9 +16,10 @@ import scipy.sparse as sp
 
 from services.crypto import dp, paillier
 from services.crypto.paillier import EncryptedMatrix, PackedResult
-from services.evaluation.social import SocialData, index_dataset
-from services.party.social_graph import normalized_laplacian
-from services.party.social_paillier import PaillierSession, sparse_rows
+from services.p4gcn.engines import sparse_rows
+from services.p4gcn.graph import normalized_laplacian, public_l1_bound
+from services.p4gcn.keys import PaillierSession
+from services.p4gcn.trainer import SocialData, index_dataset
 from services.protocol.social import encode_users, frame
 
 PAPER_GB = 10.7  # P4GCN Table 4: FilmTrust, E = 5, B = 64
@@ -71,7 +72,7 @@ def communication_report(data: SocialData | str, *, key_bits: int = 2048, epochs
     session = PaillierSession.generate(key_bits)
     try:
         lap = normalized_laplacian(data.adjacency)
-        l1 = float(2.0 ** np.ceil(np.log2(float(np.abs(lap).sum(axis=1).max()))))
+        l1 = public_l1_bound(lap)
         sigma = dp.calibrate_sigma(epsilon, delta, 2 * epochs) * dp.sensitivity(1.0)
         ct = (session.public_key.nsquare.bit_length() + 7) // 8
         head = _matrix_bytes(session, 1, dim, 1.0) - dim * ct  # fixed header of a matrix chunk

@@ -3,6 +3,7 @@
 Binary bodies (application/octet-stream): a user batch travels as .npy int64 bytes; a request that
 carries users plus an encrypted matrix is framed as >I length of the users' .npy, the .npy, then
 the EncryptedMatrix bytes. Big integers (n, h_s) travel as decimal strings in JSON.
+Every encrypted matrix on these routes ([X], [G], [dX]) is at scale 2^FRAC_BITS (phe exponent -5).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from services.protocol.arrays import decode_array, encode_array
 SOCIAL_MEDIA_TYPE = "application/octet-stream"
 _LEN = struct.Struct(">I")
 MAX_USERS_BYTES = 1 << 20
+FRAC_BITS = 20
 
 
 class SocialSessionCreate(BaseModel):

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 from party_api.main import create_app
+from services.config import PartySettings
 from services.crypto.dp import clip_rows
 from services.data.types import SocialLinks
 from services.db.session import migrate
-from services.config import PartySettings
 from services.errors import NotFound, PrivacyBudgetExhausted
-from services.party.social_graph import adjacency_from_links, normalized_laplacian
-from services.party.social_http import HttpSocialBackend
-from services.party.social_paillier import PaillierSession
+from services.p4gcn.graph import adjacency_from_links, normalized_laplacian
+from services.p4gcn.http import HttpSocialBackend
+from services.p4gcn.keys import PaillierSession
 from services.protocol.social import encode_users
 from tests.support.party import ADMIN, COORDINATOR, party_settings
 from tests.support.servers import LiveServer, live_server
@@ -167,7 +167,7 @@ def test_budget_exhaustion_is_409(social: LiveServer, keys: PaillierSession) -> 
 
 def test_trainer_runs_over_http(social: LiveServer, keys: PaillierSession) -> None:
     from models.p4gcn import P4GCNConfig
-    from services.evaluation.social import SocialData, SocialTrainConfig, SocialTrainer, Triples
+    from services.p4gcn.trainer import SocialData, SocialTrainConfig, SocialTrainer, Triples
 
     rng = np.random.default_rng(3)
     users = np.repeat(np.arange(len(USERS)), 3)

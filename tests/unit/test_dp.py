@@ -10,7 +10,7 @@ import scipy.sparse as sp
 
 from services.crypto import dp
 from services.errors import PrivacyBudgetExhausted
-from services.party.social_graph import normalized_laplacian
+from services.p4gcn.graph import normalized_laplacian
 
 
 def test_clip_rows_bounds_and_keeps_small_rows() -> None:

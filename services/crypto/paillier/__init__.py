@@ -9,7 +9,7 @@ Modules, each importing only the ones listed before it (never this facade):
                (fixed_point, packing, kernels, matrix)
   sandwich     [L M N + Z] on ciphertexts (fixed_point, packing, matrix, context)
   reference    the same product with plain phe floats: tests and the benchmark baseline (matrix)
-No file I/O: key files are the key owner's business (services.party.social_paillier).
+No file I/O: key files are the key owner's business (services.p4gcn.keys).
 
 Usage (A = key owner / rating party, B = social party)::
 

@@ -7,7 +7,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from services.crypto.paillier.packing import PackingSpec, pack_plain, spec_for, unpack_signed
 from services.crypto.paillier import (
     PackedResult,
     PaillierContext,
@@ -19,6 +18,7 @@ from services.crypto.paillier import (
     phe_sandwich_reference,
     sandwich_product,
 )
+from services.crypto.paillier.packing import PackingSpec, pack_plain, spec_for, unpack_signed
 from services.errors import CryptoError, ProtocolError
 
 FRAC_ERR = 1e-4  # quantisation of L, N at 2^-16 and M at 2^-20 on these magnitudes

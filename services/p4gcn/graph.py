@@ -34,6 +34,12 @@ def normalized_laplacian(adjacency: sp.spmatrix, *, scale: float = 1.0) -> sp.cs
     return sp.csr_matrix(scale * (inv @ (a + sp.identity(n, format="csr")) @ inv))
 
 
+def public_l1_bound(lap: sp.csr_matrix) -> float:
+    """Max row l1 norm of L_sym rounded up to a power of two: the public bound that sizes the slots."""
+    l1 = float(np.abs(lap).sum(axis=1).max()) if lap.shape[0] else 1.0
+    return float(2.0 ** np.ceil(np.log2(max(l1, 1e-12))))
+
+
 def batch_rows(lap: sp.csr_matrix, users: np.ndarray) -> sp.csr_matrix:
     """B L_sym: the batch users' rows (forward left factor)."""
     return sp.csr_matrix(lap[users])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import numpy as np
@@ -12,16 +11,11 @@ import scipy.sparse as sp
 from services.crypto.dp import clip_rows
 from services.data.types import SocialLinks
 from services.errors import CryptoError, PrivacyBudgetExhausted, ProtocolError, ValidationFailed
-from services.party.social import PlainEngine, SocialParty, SocialPartyConfig
-from services.party.social_client import InProcessBackend
-from services.party.social_graph import adjacency_from_links, normalized_laplacian
-from services.party.social_paillier import (
-    InProcessPaillierBackend,
-    PaillierSession,
-    load_private_key,
-    paillier_social_party,
-    save_private_key,
-)
+from services.p4gcn.backends import InProcessBackend, InProcessPaillierBackend
+from services.p4gcn.engines import PlainEngine
+from services.p4gcn.graph import adjacency_from_links, normalized_laplacian
+from services.p4gcn.keys import PaillierSession
+from services.p4gcn.party import SocialParty, SocialPartyConfig, paillier_social_party
 
 N, D = 12, 4
 
@@ -168,14 +162,3 @@ def test_forward_only_session_halves_releases() -> None:
     backend.forward(np.array([0]))
     with pytest.raises(ProtocolError):
         backend.backward(np.array([0]), np.zeros((1, D)))
-
-
-def test_private_key_file_is_0600(keys: PaillierSession, tmp_path: os.PathLike[str]) -> None:
-    sk, path = keys.private_key, os.path.join(tmp_path, "key.json")
-    save_private_key(sk, path, h_s=keys.h_s)
-    assert os.stat(path).st_mode & 0o777 == 0o600
-    loaded, h_s = load_private_key(path)
-    assert loaded == sk and h_s == keys.h_s
-    os.chmod(path, 0o644)
-    with pytest.raises(CryptoError):
-        load_private_key(path)

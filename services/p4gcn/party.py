@@ -6,21 +6,25 @@ backward product (B L_sym B^T) G W_P2^T + Z', and may push encrypted row updates
 Z, Z' ~ MN(0, sigma^2 I, I) (aMGM, isotropic) with sigma = z * s2, s2 from `dp.sensitivity`.
 Privacy assumption: the rating party clips rows of X and G to norm <= C (it is honest-but-
 curious; the social party cannot check ciphertext norms, it checks plaintext ones).
-The engine holds X as plaintext (`PlainEngine`: no-crypto reference / fast experiments) or as
-Paillier ciphertexts (`services.party.social_paillier.PaillierEngine`).
+The engine (services.p4gcn.engines) holds X as plaintext (`PlainEngine`: no-crypto reference / fast
+experiments) or as Paillier ciphertexts (`PaillierEngine`, built by `paillier_social_party`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import numpy as np
 import scipy.sparse as sp
+from phe import PaillierPublicKey
 from pydantic import BaseModel, ConfigDict, Field
 
 from services.crypto import dp
+from services.crypto.paillier import PaillierContext
 from services.errors import ProtocolError, ValidationFailed
-from services.party.social_graph import batch_block, batch_rows, normalized_laplacian
+from services.p4gcn.engines import PaillierEngine, ProductEngine
+from services.p4gcn.graph import batch_block, batch_rows, normalized_laplacian, public_l1_bound
+from services.p4gcn.keys import check_key
 
 Composition = Literal["row-disjoint", "sequential"]
 
@@ -43,84 +47,6 @@ class SocialPartyConfig(BaseModel):
     laplacian_scale: float = Field(1.0, gt=0.0)
     max_batch: int = Field(4096, ge=1)
     min_key_bits: int = Field(2048, ge=256)
-
-
-class ProductEngine(Protocol):
-    """Where X lives (plaintext or ciphertext) and how the two sandwich products are computed."""
-
-    bytes_in: int
-    bytes_out: int
-
-    def start(self, n_rows: int, dim: int) -> None: ...
-    def put_rows(self, offset: int, chunk: Any) -> None: ...
-    def complete(self) -> bool: ...
-    def forward(self, left: sp.csr_matrix, right: np.ndarray, noise: np.ndarray) -> Any: ...
-    def backward(self, left: sp.csr_matrix, middle: Any, right: np.ndarray, noise: np.ndarray) -> Any: ...
-    def add_rows(self, users: np.ndarray, delta: Any) -> None: ...
-
-
-class PlainEngine:
-    """X in plaintext at the social party (reference path; same noise as the encrypted path)."""
-
-    def __init__(self, clip_norm: float) -> None:
-        self.clip_norm = clip_norm
-        self.x: np.ndarray | None = None
-        self.filled: np.ndarray | None = None
-        self.bytes_in = self.bytes_out = 0
-
-    def start(self, n_rows: int, dim: int) -> None:
-        """Allocate an empty X."""
-        self.x = np.zeros((n_rows, dim))
-        self.filled = np.zeros(n_rows, dtype=bool)
-
-    def _check_rows(self, rows: np.ndarray) -> np.ndarray:
-        arr = np.asarray(rows, dtype=np.float64)
-        if arr.ndim != 2 or (self.x is not None and arr.shape[1] != self.x.shape[1]):
-            raise ValidationFailed(f"rows of shape {arr.shape} do not match dim")
-        if not np.isfinite(arr).all():
-            raise ValidationFailed("rows contain NaN or infinity")
-        if arr.size and float(np.linalg.norm(arr, axis=1).max()) > self.clip_norm * (1 + 1e-6):
-            raise ValidationFailed(f"a row exceeds the clipping norm {self.clip_norm}")
-        return arr
-
-    def put_rows(self, offset: int, chunk: Any) -> None:
-        """Store a chunk of X rows at `offset`."""
-        assert self.x is not None and self.filled is not None
-        arr = self._check_rows(chunk)
-        if offset < 0 or offset + arr.shape[0] > self.x.shape[0]:
-            raise ValidationFailed(f"chunk rows [{offset}, {offset + arr.shape[0]}) outside X")
-        self.x[offset:offset + arr.shape[0]] = arr
-        self.filled[offset:offset + arr.shape[0]] = True
-        self.bytes_in += arr.size * 8
-
-    def complete(self) -> bool:
-        """Whether every row of X has been uploaded."""
-        return self.filled is not None and bool(self.filled.all())
-
-    def forward(self, left: sp.csr_matrix, right: np.ndarray, noise: np.ndarray) -> np.ndarray:
-        """(B L) X W + Z."""
-        assert self.x is not None
-        out = np.asarray(left @ self.x) @ right + noise
-        self.bytes_out += out.size * 8
-        return out
-
-    def backward(self, left: sp.csr_matrix, middle: Any, right: np.ndarray, noise: np.ndarray) -> np.ndarray:
-        """(B L B^T) G W^T + Z'."""
-        g = self._check_rows(middle)
-        self.bytes_in += g.size * 8
-        out = np.asarray(left @ g) @ right + noise
-        self.bytes_out += out.size * 8
-        return out
-
-    def add_rows(self, users: np.ndarray, delta: Any) -> None:
-        """X[users] += delta, refusing results outside the clipping norm."""
-        assert self.x is not None
-        d = np.asarray(delta, dtype=np.float64)
-        if d.shape != (len(users), self.x.shape[1]) or not np.isfinite(d).all():
-            raise ValidationFailed(f"update of shape {d.shape} for {len(users)} users")
-        self._check_rows(self.x[users] + d)
-        self.x[users] += d
-        self.bytes_in += d.size * 8
 
 
 class SocialParty:
@@ -237,3 +163,15 @@ class SocialParty:
             "batches": self.batches, "epochs": self.epochs, "charged_units": self.accountant.batches,
             "releases_per_unit": self._releases,
         }
+
+
+def paillier_social_party(*, config: SocialPartyConfig, adjacency: sp.spmatrix, public_key: PaillierPublicKey,
+                          h_s: int, rng: np.random.Generator, workers: int = 1) -> SocialParty:
+    """A SocialParty whose engine holds [X] under the rating party's key (checked to be >= min_key_bits)."""
+    check_key(public_key, config.min_key_bits)
+    ctx = PaillierContext(public_key, h_s, workers=workers)
+    lap = normalized_laplacian(sp.csr_matrix(adjacency), scale=config.laplacian_scale)
+    engine = PaillierEngine(ctx, clip_norm=config.clip_norm, left_l1_bound=public_l1_bound(lap), noise_bound=1.0)
+    party = SocialParty(config=config, adjacency=adjacency, engine=engine, rng=rng)
+    engine.noise_bound = 12.0 * party.sigma if party.sigma > 0 else 2.0**-8
+    return party
