@@ -11,15 +11,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from services.errors import (
-    Conflict,
-    CryptoError,
-    NotFound,
-    PartyUnavailable,
-    PrivacyBudgetExhausted,
-    ProtocolError,
-    ValidationFailed,
-)
+from services.errors import raise_for
 from services.protocol.social import (
     SOCIAL_MEDIA_TYPE,
     SocialSessionCreate,
@@ -31,33 +23,8 @@ from services.protocol.social import (
 SESSIONS = "/v1/social/sessions"
 
 
-def _raise_for(resp: httpx.Response) -> None:
-    """Map the social party's error bodies back to domain errors."""
-    if resp.status_code < 400:
-        return
-    try:
-        body = resp.json()
-    except ValueError:
-        body = {}
-    detail = str(body.get("detail", resp.text[:200]))
-    code = body.get("code", "")
-    extra = {k: v for k, v in body.items() if k not in ("code", "detail")}
-    if code == PrivacyBudgetExhausted.code:
-        raise PrivacyBudgetExhausted(detail, extra=extra)
-    if resp.status_code == 404:
-        raise NotFound(detail)
-    if resp.status_code == 409:
-        raise (ProtocolError if code == ProtocolError.code else Conflict)(detail, extra=extra)
-    if code == CryptoError.code:
-        raise CryptoError(detail)
-    if resp.status_code in (413, 422):
-        raise ValidationFailed(detail)
-    raise PartyUnavailable(f"social party answered {resp.status_code}: {detail}")
-
-
-
 class SocialClient:
-    """One social session over HTTP (opened by `open`); every call maps error bodies to domain errors."""
+    """One social session over HTTP (opened by `open`); error answers become domain errors (`raise_for`)."""
 
     def __init__(self, *, base_url: str, token: str, client: httpx.Client | None = None,
                  timeout_s: float = 600.0) -> None:
@@ -69,7 +36,7 @@ class SocialClient:
     def open(self, request: SocialSessionCreate) -> SocialSessionRead:
         """POST /v1/social/sessions: the session this client talks to from now on."""
         resp = self.client.post(SESSIONS, json=request.model_dump(), headers=self.headers)
-        _raise_for(resp)
+        raise_for(resp.status_code, resp.content, source=f"social party refused POST {SESSIONS}")
         read = SocialSessionRead.model_validate(resp.json())
         self.session_id = read.session_id
         return read
@@ -79,9 +46,9 @@ class SocialClient:
         if body is not None:
             headers["Content-Type"] = SOCIAL_MEDIA_TYPE
             self.bytes_up += len(body)
-        resp = self.client.request(method, f"{SESSIONS}/{self.session_id}{path}", content=body,
-                                   headers=headers, params=params or None)
-        _raise_for(resp)
+        url = f"{SESSIONS}/{self.session_id}{path}"
+        resp = self.client.request(method, url, content=body, headers=headers, params=params or None)
+        raise_for(resp.status_code, resp.content, source=f"social party refused {method} {url}")
         self.bytes_down += len(resp.content)
         return resp
 
