@@ -22,6 +22,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from models.lightgcn import normalized_bipartite
+from models.metrics import error_sums, rmse_mae
 from models.p4gcn import P4GCN, P4GCNConfig
 from services.crypto.dp import clip_rows
 from services.data.types import Dataset, Ratings
@@ -123,8 +124,7 @@ def evaluate(model: P4GCN, t: Triples, social: torch.Tensor | None) -> tuple[flo
     with torch.no_grad():
         pred = model(torch.from_numpy(t.users), torch.from_numpy(t.items), social).numpy()
     model.train()
-    err = pred - t.ratings
-    return float(np.sqrt(np.mean(err**2))), float(np.mean(np.abs(err)))
+    return rmse_mae(*error_sums(pred, t.ratings))
 
 
 class SocialTrainer:
