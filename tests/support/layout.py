@@ -1,11 +1,14 @@
-"""Static import graph of a package's modules (ast, no import side effects) for layering tests."""
+"""Where the repository and the shared data are, and the static import graph of our modules (ast) for layering tests."""
 
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+# The shared data sets live next to the repository (../shared/data); FEDREC_DATA_DIR overrides.
+DATA = Path(os.environ.get("FEDREC_DATA_DIR", ROOT.parent / "shared" / "data"))
 
 
 def imported_modules(package: str, module: str) -> set[str]:

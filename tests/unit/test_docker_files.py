@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.layout import ROOT
+
 BIN = Path(sys.executable).parent
 
 

@@ -5,17 +5,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
-DATA = ROOT.parent / "shared" / "data" / "filmtrust"
+from tests.support.layout import DATA, ROOT
+
+FILMTRUST = DATA / "filmtrust"
 
 
-@pytest.mark.skipif(not (DATA / "trust.txt").exists(), reason="FilmTrust data not available")
+@pytest.mark.skipif(not (FILMTRUST / "trust.txt").exists(), reason="FilmTrust data not available")
 def test_sandwich_benchmark_prints_json_last_line():
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "sandwich.py"), "--data", str(DATA),
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "sandwich.py"), "--data", str(FILMTRUST),
            "--batch", "12", "--dim", "4", "--key-bits", "512", "--repeats", "1",
            "--unit-reps", "20", "--phe-entries", "2"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout

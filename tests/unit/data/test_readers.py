@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -20,11 +19,8 @@ from services.data.movielens import (
 from services.data.parsing import DataFormatError
 from services.data.types import Ratings, SocialLinks
 from services.errors import ValidationFailed
+from tests.support.layout import DATA
 
-# The shared data sets live next to the repository (../shared/data); FEDREC_DATA_DIR overrides.
-DATA = Path(
-    os.environ.get("FEDREC_DATA_DIR", Path(__file__).resolve().parents[3] / "shared" / "data")
-)
 ML100K = DATA / "ml-100k"
 FILMTRUST = DATA / "filmtrust"
 

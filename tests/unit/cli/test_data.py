@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -13,10 +12,8 @@ from typer.testing import CliRunner
 from cli.main import app
 from services.data.csv import read_csv_links, read_csv_ratings
 from services.data.formats import detect_format
+from tests.support.layout import DATA
 
-DATA = Path(
-    os.environ.get("FEDREC_DATA_DIR", Path(__file__).resolve().parents[3] / "shared" / "data")
-)
 runner = CliRunner()
 
 

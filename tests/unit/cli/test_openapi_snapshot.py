@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from cli.openapi import Service, build_spec
+from tests.support.layout import ROOT
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+DOCS = ROOT / "docs"
 
 
 @pytest.mark.parametrize("service", ["party", "coordinator"])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, select, text
@@ -16,6 +15,7 @@ from services.errors import NotFound, ValidationFailed
 from services.party import catalog
 from services.party.ingest import ingest_records, ingest_stream
 from tests.support.databases import snapshot
+from tests.support.layout import ROOT
 
 Sessions = sessionmaker[Session]
 
@@ -255,7 +255,7 @@ def test_unreachable_postgres_fails_under_ci(pytester: pytest.Pytester) -> None:
     with pytest.MonkeyPatch.context() as mp:
         for key, value in {**env, "CI": "true"}.items():
             mp.setenv(key, value)
-        mp.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
+        mp.setenv("PYTHONPATH", str(ROOT))
         assert pytester.runpytest_subprocess("-p", "no:cacheprovider").parseoutcomes() == {
             "passed": 1,
             "errors": 1,
