@@ -12,6 +12,8 @@ import json
 import resource
 import sys
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +25,38 @@ from services.data.synthetic import generate
 from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.coordinator import CoordinatorTrainer
 from services.verfedgnn.party import PartyTrainer
-from services.verfedgnn.types import PartyData, RatingTriples
+from services.verfedgnn.rounds import InProcessLink, run_round
+from services.verfedgnn.types import GradientUpload, PartyData, RatingTriples
+
+
+class TimedLink(InProcessLink):
+    """An in-process link that adds the seconds of each party-side step to its party's total."""
+
+    def __init__(self, trainer: PartyTrainer, seconds: dict[str, float]) -> None:
+        super().__init__(trainer)
+        self.seconds = seconds
+
+    @contextmanager
+    def _timed(self) -> Iterator[None]:
+        started = time.time()
+        yield
+        self.seconds[self.party_id] = self.seconds.get(self.party_id, 0.0) + time.time() - started
+
+    def begin(self, *, round_index: int, attempt: int, public: Mapping[str, np.ndarray]) -> None:
+        with self._timed():
+            super().begin(round_index=round_index, attempt=attempt, public=public)
+
+    def projection(self, *, round_index: int, attempt: int, layer: int) -> np.ndarray:
+        with self._timed():
+            return super().projection(round_index=round_index, attempt=attempt, layer=layer)
+
+    def others(self, *, round_index: int, attempt: int, layer: int, others: np.ndarray) -> None:
+        with self._timed():
+            super().others(round_index=round_index, attempt=attempt, layer=layer, others=others)
+
+    def finish(self, *, round_index: int, attempt: int) -> GradientUpload:
+        with self._timed():
+            return super().finish(round_index=round_index, attempt=attempt)
 
 
 def party_data(users: np.ndarray, items: np.ndarray, ratings: np.ndarray, *, n_users: int, n_items: int,
@@ -71,31 +104,21 @@ def main() -> None:
     coord = CoordinatorTrainer(config=cfg, n_users=n_users, item_counts={p.party_id: p.n_items for p in parties},
                                global_mean=float(ratings.mean()))
     party_s: dict[str, float] = {}
-
-    def timed(name: str, fn, **kw):  # type: ignore[no-untyped-def]
-        t = time.time()
-        out = fn(**kw)
-        party_s[name] = party_s.get(name, 0.0) + time.time() - t
-        return out
-
     t_setup = time.time()
-    trainers = {p.party_id: timed(p.party_id, PartyTrainer, config=cfg, data=p, seed=0) for p in parties}
+    trainers = {}
+    for p in parties:
+        t = time.time()
+        trainers[p.party_id] = PartyTrainer(config=cfg, data=p, seed=0)
+        party_s[p.party_id] = time.time() - t
     setup_s = time.time() - t_setup
+    links = {name: TimedLink(trainer, party_s) for name, trainer in trainers.items()}
     round_times, first_round_party = [], {}
     for t in range(args.rounds):  # round 0 also pays one-off lazy initialisation; the last one is reported
         party_s.clear()
         t1 = time.time()
-        chosen = coord.select_participants(round_index=t, available=list(trainers))
-        public = coord.public_params()
-        for n in chosen:
-            timed(n, trainers[n].begin_round, round_index=t, public=public)
-        for k in range(cfg.layers):
-            ys = {n: timed(n, trainers[n].layer_projection, layer=k) for n in chosen}
-            relayed = coord.relay(layer=k, projections=ys)
-            for n in chosen:
-                timed(n, trainers[n].receive_projection_sum, layer=k, others=relayed[n])
-        uploads = {n: timed(n, trainers[n].finish_round) for n in chosen}
-        metrics = coord.aggregate_and_step(uploads=uploads)
+        outcome = run_round(coord=coord, links=links, round_index=t)  # parties one after another, no pool
+        assert outcome.metrics is not None, outcome.failures
+        metrics, chosen = outcome.metrics, outcome.participants
         round_times.append(time.time() - t1)
         if t == 0:
             first_round_party = dict(party_s)

@@ -1,6 +1,8 @@
 """Biased matrix factorization baseline: r̂ = μ + b_u + b_v + p_u · q_v (centralized reference).
 
-The federated engine runs the same predictor as `VerFedGNNConfig(kind="mf")` (K = 0).
+The federated engine runs the same predictor as `VerFedGNNConfig(kind="mf")` (K = 0). Only tests use
+this module today; it stays for the centralized BPR-MF baseline of the ranking harness (issue 11:
+the same scorer trained with a pairwise loss, beside most-popular, EASE and LightGCN-BPR).
 """
 
 from __future__ import annotations

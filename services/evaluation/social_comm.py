@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from services.crypto import dp, paillier
-from services.crypto.paillier import EncryptedMatrix, PackedResult
+from services.crypto.paillier import PackedResult
 from services.p4gcn.engines import sparse_rows
 from services.p4gcn.graph import normalized_laplacian, public_l1_bound
 from services.p4gcn.keys import PaillierSession
@@ -106,11 +106,3 @@ def communication_report(data: SocialData | str, *, key_bits: int = 2048, epochs
     finally:
         session.close()
 
-
-def check_sizes(session: PaillierSession, rows: int, dim: int) -> bool:
-    """Self-check used by tests: measured matrix bytes equal header + rows * dim * ciphertext bytes."""
-    ct = (session.public_key.nsquare.bit_length() + 7) // 8
-    one = _matrix_bytes(session, 1, dim, 1.0)
-    return _matrix_bytes(session, rows, dim, 1.0) == one + (rows - 1) * dim * ct and isinstance(
-        EncryptedMatrix.from_bytes(session.public_key, session.encrypt(np.zeros((1, dim)), 1.0).to_bytes()),
-        EncryptedMatrix)

@@ -18,8 +18,10 @@ from services.errors import (
     ProtocolError,
     ValidationFailed,
 )
+from services.verfedgnn.messages import ConfigureRequest
 from tests.support.party import COORDINATOR, Party
 
+# Only the malformed bodies below spell paths: the client's typed methods cannot send them.
 FED = "/v1/federation/runs"
 
 
@@ -38,7 +40,7 @@ def client(party: Party) -> Iterator[PartyClient]:
 
 def test_a_party_404_is_not_found(client: PartyClient) -> None:
     with pytest.raises(NotFound) as caught:
-        client.post_bytes(f"{FED}/ghost/rounds/0/finish?attempt=0")
+        client.finish(run_id="ghost", round_index=0, attempt=0)
     err = caught.value
     assert err.http_status == 404 and "ghost" in err.detail
     assert err.extra["field"] == "run_id" and err.extra["party_id"] == "p1"
@@ -51,7 +53,7 @@ def test_a_party_422_is_validation_failed(client: PartyClient) -> None:
     assert err.http_status == 422 and err.extra["field"] in ("config", "seed")
     assert {e["field"] for e in err.extra["errors"]} == {"config", "seed"}
     with pytest.raises(ValidationFailed) as bad_config:  # a domain 422, raised by the party's service
-        client.post_json(f"{FED}/r1/configure", {"run_id": "r1", "config": {"dim": 0}, "seed": 0})
+        client.configure(request=ConfigureRequest(run_id="r1", config={"dim": 0}, seed=0))
     assert bad_config.value.extra["field"] == "config"
 
 
@@ -71,7 +73,7 @@ def test_serving_get_raises_what_the_party_answered(client: PartyClient) -> None
 def test_a_wrong_credential_is_a_policy_refusal(party: Party) -> None:
     client = _client(party.url, token="not-the-coordinator")
     with pytest.raises(PolicyRefused) as caught:
-        client.post_bytes(f"{FED}/r1/psi/start")
+        client.psi_start(run_id="r1")
     assert caught.value.extra["code"] == "forbidden"
     client.http.close()
 
@@ -79,7 +81,7 @@ def test_a_wrong_credential_is_a_policy_refusal(party: Party) -> None:
 def test_an_unreachable_party_is_unavailable() -> None:
     client = _client(f"http://127.0.0.1:{free_port()}")  # nothing listens there
     with pytest.raises(PartyUnavailable):
-        client.post_bytes(f"{FED}/r1/psi/start")
+        client.psi_start(run_id="r1")
     with pytest.raises(PartyUnavailable):
         client.get_json("/v1/users/u1/recommendations")
     client.http.close()

@@ -56,11 +56,6 @@ def decode(ints: np.ndarray | list[int], frac_bits: int) -> np.ndarray:
     return np.ldexp(arr, -frac_bits).reshape(np.shape(ints))
 
 
-def to_residue(value: int, n: int) -> int:
-    """Signed integer -> plaintext residue in [0, n)."""
-    return int(value) % n
-
-
 def centred(residue: int, n: int) -> int:
     """Plaintext residue in [0, n) -> signed integer in (-n/2, n/2]."""
     return residue - n if residue > n // 2 else residue

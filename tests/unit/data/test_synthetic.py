@@ -7,6 +7,7 @@ import time
 import numpy as np
 import pytest
 
+from models.metrics import rmse
 from services.data.synthetic import generate, oracle_predict
 from services.data.types import Dataset, Ratings
 
@@ -98,11 +99,9 @@ def test_signal_is_learnable_by_matrix_factorisation() -> None:
     p, q, mu = _als(ds.train, 600, 200, dim=4, lam=5.0, iters=6)
     t = ds.test
     pred = float(mu) + np.sum(p[t.user_ids.astype(int) - 1] * q[t.item_ids.astype(int) - 1], axis=1)
-    rmse_mf = float(np.sqrt(np.mean((np.clip(pred, 1, 5) - t.ratings) ** 2)))
-    rmse_mean = float(np.sqrt(np.mean((ds.train.ratings.mean() - t.ratings) ** 2)))
-    rmse_oracle = float(
-        np.sqrt(np.mean((oracle_predict(ds, t.user_ids, t.item_ids) - t.ratings) ** 2))
-    )
+    rmse_mf = rmse(np.clip(pred, 1, 5), t.ratings)
+    rmse_mean = rmse(np.full_like(t.ratings, ds.train.ratings.mean()), t.ratings)
+    rmse_oracle = rmse(oracle_predict(ds, t.user_ids, t.item_ids), t.ratings)
     assert rmse_oracle < rmse_mf < 0.85 * rmse_mean, (rmse_oracle, rmse_mf, rmse_mean)
 
 

@@ -9,10 +9,10 @@ import torch
 from pydantic import ValidationError
 
 from models import graph as g
-from models.centralized import CentralGNN
 from models.metrics import mae, rmse
 from models.mf import BiasedMF, MFConfig
 from models.vertical import PartyForward, VerFedGNNConfig, build_private, build_public, predict
+from tests.support.centralized import CentralGNN
 
 
 def tiny() -> g.BipartiteGraph:
