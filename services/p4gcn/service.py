@@ -114,11 +114,15 @@ class SocialService:
         assert isinstance(result, PackedResult)
         return result.to_bytes()
 
-    def backward(self, *, session_id: str, body: bytes) -> bytes:
-        """Packed [(B L B^T) G W_P2^T + Z'] for the framed (users, [G]) body."""
+    def _framed(self, session_id: str, body: bytes) -> tuple[SocialParty, threading.Lock, np.ndarray, EncryptedMatrix]:
+        """The session's party and lock, and the users and [M] of a framed body under the session's key."""
         party, pk, lock = self.get(session_id)
         users, payload = unframe(body)
-        grad = EncryptedMatrix.from_bytes(pk, payload)
+        return party, lock, users, EncryptedMatrix.from_bytes(pk, payload)
+
+    def backward(self, *, session_id: str, body: bytes) -> bytes:
+        """Packed [(B L B^T) G W_P2^T + Z'] for the framed (users, [G]) body."""
+        party, lock, users, grad = self._framed(session_id, body)
         with lock:
             result = party.backward(users, grad)
         assert isinstance(result, PackedResult)
@@ -126,9 +130,7 @@ class SocialService:
 
     def update(self, *, session_id: str, body: bytes) -> None:
         """[X_B] += [dX_B] for the framed (users, [dX]) body."""
-        party, pk, lock = self.get(session_id)
-        users, payload = unframe(body)
-        delta = EncryptedMatrix.from_bytes(pk, payload)
+        party, lock, users, delta = self._framed(session_id, body)
         with lock:
             party.update_x(users, delta)
 
