@@ -102,17 +102,13 @@ def alone(data: PartyData) -> PartyData:
                      data.rating_min, data.rating_max)
 
 
-def train_federation(parties: Sequence[PartyData], *, config: TrainConfig, global_mean: float, protocol: str,
-                     on_round: RoundCallback | None = None) -> RunResult:
-    """Train until `config.rounds` or `config.patience` rounds without a better validation RMSE."""
-    coord = CoordinatorTrainer(config=config, n_users=parties[0].n_users,
-                               item_counts={p.party_id: p.n_items for p in parties}, global_mean=global_mean)
-    trainers = {p.party_id: PartyTrainer(config=config, data=p, seed=config.seed) for p in parties}
-    fed = InProcessFederation(coordinator=coord, parties=trainers)
+def train_rounds(run_round: Callable[[int], RoundMetrics], *, config: TrainConfig, protocol: str,
+                 on_round: RoundCallback | None = None) -> RunResult:
+    """Call `run_round` until `config.rounds` or `config.patience` rounds without a better validation RMSE."""
     best = RunResult(protocol, float("nan"), float("nan"), -1, 0)
     best_valid = float("inf")
     for t in range(config.rounds):
-        m = fed.run_round(t)
+        m = run_round(t)
         best.valid_history.append(m.rmse["valid"])
         best.rounds_run = t + 1
         if on_round is not None:
@@ -125,6 +121,16 @@ def train_federation(parties: Sequence[PartyData], *, config: TrainConfig, globa
         elif t - best.best_round >= config.patience:
             break
     return best
+
+
+def train_federation(parties: Sequence[PartyData], *, config: TrainConfig, global_mean: float, protocol: str,
+                     on_round: RoundCallback | None = None) -> RunResult:
+    """Train VerFedGNN in-process with early stopping on the validation RMSE (`train_rounds`)."""
+    coord = CoordinatorTrainer(config=config, n_users=parties[0].n_users,
+                               item_counts={p.party_id: p.n_items for p in parties}, global_mean=global_mean)
+    trainers = {p.party_id: PartyTrainer(config=config, data=p, seed=config.seed) for p in parties}
+    fed = InProcessFederation(coordinator=coord, parties=trainers)
+    return train_rounds(fed.run_round, config=config, protocol=protocol, on_round=on_round)
 
 
 def run_protocol(fed: Federation, *, protocol: str, config: TrainConfig,

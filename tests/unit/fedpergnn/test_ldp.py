@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.crypto.ldp import ldp_epsilon, ldp_perturb
+from services.fedpergnn.ldp import ldp_epsilon, ldp_perturb
 
 
 def test_mean_is_clipped_value_and_variance_is_two_lambda_squared() -> None:

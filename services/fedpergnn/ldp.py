@@ -1,4 +1,4 @@
-"""FedPerGNN local differential privacy: clip, then add Laplace noise (Wu et al. 2022).
+"""FedPerGNN local differential privacy: clip, then add Laplace noise; pseudo rows (Wu et al. 2022).
 
     g̃ = clip(g, δ) + Laplace(0, λ),   element-wise clip to [−δ, δ]  (L∞ clipping)
 
@@ -44,3 +44,28 @@ def ldp_epsilon(*, clip: float = 0.1, scale: float = 0.2, size: int = 1) -> floa
     if not (clip > 0 and scale > 0) or size < 0:
         raise ValueError("clip and scale must be positive, size non-negative")
     return size * 2.0 * clip / scale
+
+
+def pseudo_rows(real: np.ndarray, n: int, *, rng: np.random.Generator) -> np.ndarray:
+    """`n` fake gradient rows drawn from a Gaussian with the mean and covariance of the real rows.
+
+    FedPerGNN's pseudo-interacted items: rows nobody interacted with are uploaded too, with
+    gradients that look like the real ones, so the set of uploaded rows does not reveal which
+    entities were interacted with. Both kinds then go through the same `ldp_perturb`.
+
+    Args:
+        real: (R, D) real gradient rows (R ≥ 1), before clipping.
+        n: number of pseudo rows.
+        rng: noise source.
+
+    Returns:
+        float32 array (n, D).
+    """
+    x = np.asarray(real, dtype=np.float64).reshape(real.shape[0], -1)
+    if n <= 0:
+        return np.zeros((0, x.shape[1]), dtype=np.float32)
+    if x.shape[0] == 0:
+        raise ValueError("pseudo rows need at least one real row to imitate")
+    cov = np.cov(x, rowvar=False) if x.shape[0] > 1 else np.zeros((x.shape[1], x.shape[1]))
+    out = rng.multivariate_normal(x.mean(axis=0), np.atleast_2d(cov), size=n, method="eigh")
+    return out.reshape((n,) + real.shape[1:]).astype(np.float32)
