@@ -1,0 +1,207 @@
+"""The attack suite: run a protocol for real with every message recorded, then attack what was recorded.
+
+Protocols (one engine setting each):
+- "fedpergnn": graph expansion through a relay, LDP gradients, pseudo rows (services.fedpergnn);
+- "projection_only": VerFedGNN with the random projection on and ternary quantization off;
+- "verfedgnn": VerFedGNN with both on (the product's default);
+- "plain": VerFedGNN with both off (no protection; the attacks' sanity reference).
+
+Party attacks (de-anonymization, gradient) run on a federation with fake users; the coordinator
+attack runs on the honest federation. Truth = the victim's honest users' training edges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from services.attacks.coordinator import coordinator_attack, knowledge_from_seed
+from services.attacks.deanonymization import (
+    deanonymize_across_rounds,
+    deanonymize_aggregates,
+    deanonymize_neighbours,
+)
+from services.attacks.fake_users import FakeUsers, truth_pairs, with_fake_users
+from services.attacks.gradient import gradient_attack
+from services.attacks.scoring import Pairs, guesses_per_user, popularity_guess, prf, random_guess_f1
+from services.attacks.views import (
+    expansion_view,
+    ldp_gradient_rows,
+    party_aggregate,
+    victim_gradient_rows,
+)
+from services.evaluation.baselines import fedpergnn_federation
+from services.evaluation.harness import Federation, RunResult, train_rounds
+from services.fedpergnn.config import FedPerGNNConfig
+from services.fedpergnn.rounds import ExchangeLog
+from services.verfedgnn.config import TrainConfig
+from services.verfedgnn.coordinator import CoordinatorTrainer
+from services.verfedgnn.party import PartyTrainer
+from services.verfedgnn.recording import MessageLog, record
+from services.verfedgnn.rounds import InProcessFederation
+from services.verfedgnn.types import PartyData
+
+PROTOCOLS = ("fedpergnn", "projection_only", "verfedgnn")
+SWITCHES = {"projection_only": (True, False), "verfedgnn": (True, True), "plain": (False, False)}
+
+
+Tuning = Mapping[str, Mapping[str, Any]]  # protocol -> TrainConfig fields it changes (runner.PROTOCOL_TUNING)
+
+
+def protocol_settings(protocol: str, base: TrainConfig, *, tuning: Tuning | None = None) -> TrainConfig | FedPerGNNConfig:
+    """The engine settings of a protocol row, built on one shared model/optimizer config (plus its tuning)."""
+    if tuning and protocol in tuning:
+        base = base.model_copy(update=dict(tuning[protocol]))
+    if protocol == "fedpergnn":
+        return FedPerGNNConfig(train=base)
+    if protocol not in SWITCHES:
+        raise ValueError(f"unknown protocol {protocol!r}")
+    proj, quant = SWITCHES[protocol]
+    return base.model_copy(update={"use_projection": proj, "use_quantization": quant})
+
+
+@dataclass
+class RecordedRun:
+    """A run's messages (rounds ≤ `recorded_rounds`) and, when trained to the end, its result."""
+
+    protocol: str
+    settings: TrainConfig | FedPerGNNConfig
+    federation: Federation
+    log: MessageLog | ExchangeLog
+    result: RunResult | None
+
+
+def _train_config(settings: TrainConfig | FedPerGNNConfig) -> TrainConfig:
+    return settings.train if isinstance(settings, FedPerGNNConfig) else settings
+
+
+def run_recorded(fed: Federation, *, protocol: str, settings: TrainConfig | FedPerGNNConfig, recorded_rounds: int = 1,
+                 train: bool = False) -> RecordedRun:
+    """Run the protocol in-process with recording links: `recorded_rounds` rounds, or to early stopping if `train`."""
+    def keep_round(m: object) -> bool:
+        return getattr(m, "round_index", 0) < recorded_rounds
+
+    config = _train_config(settings)
+    log: MessageLog | ExchangeLog
+    if isinstance(settings, FedPerGNNConfig):
+        fpg = fedpergnn_federation(fed.parties, config=settings, global_mean=fed.global_mean)
+        log = fpg.record(keep=keep_round)
+        step = fpg.run_round
+    else:
+        coord = CoordinatorTrainer(config=settings, n_users=fed.n_users, global_mean=fed.global_mean,
+                                   item_counts={p.party_id: p.n_items for p in fed.parties})
+        vfg = InProcessFederation(coordinator=coord, parties={p.party_id: PartyTrainer(config=settings, data=p,
+                                                                                        seed=settings.seed)
+                                                              for p in fed.parties})
+        log = record(vfg, keep=keep_round)
+        step = vfg.run_round
+    if train:
+        return RecordedRun(protocol, settings, fed, log, train_rounds(step, config=config, protocol=protocol))
+    for t in range(recorded_rounds):
+        step(t)
+    return RecordedRun(protocol, settings, fed, log, None)
+
+
+def _party(fed: Federation, party_id: str) -> PartyData:
+    return next(p for p in fed.parties if p.party_id == party_id)
+
+
+def with_popularity(guessed: Pairs, truth: Pairs, *, users: np.ndarray, n_items: int) -> dict[str, float]:
+    """prf of the guesses, plus the F1 of the same number of guesses per user spent on the most popular / random items."""
+    counts = guesses_per_user(guessed, users)
+    baseline = prf(popularity_guess(truth, users=users, n_items=n_items, k=counts), truth)
+    return {**prf(guessed, truth), "popularity_f1": baseline["f1"],
+            "random_f1": random_guess_f1(truth, users=users, n_items=n_items, k=counts)}
+
+
+def party_attacks(fed: Federation, *, protocol: str, base: TrainConfig, share: float, attacker: str = "party0",
+                  victim: str = "party1", round_index: int = 0, observed_rounds: int = 0, seed: int = 0,
+                  tuning: Tuning | None = None) -> dict[str, dict[str, float]]:
+    """De-anonymization (by the attacking party) and gradient attack (coordinator + attacker) at one share.
+
+    Fake users are added for a random `share` of the victim's items, the protocol runs with every
+    message recorded, and both attacks read round `round_index`. With `observed_rounds` > 0 the
+    attacking party also stacks that many rounds' aggregates ("deanonymization_multiround",
+    VerFedGNN family only; k = each user's true count, the popularity guess gets the same).
+    """
+    attacked, fake = with_fake_users(fed, victim=victim, share=share, rng=np.random.default_rng([seed, 12]))
+    settings = protocol_settings(protocol, base, tuning=tuning)
+    multi = observed_rounds if isinstance(settings, TrainConfig) else 0
+    run = run_recorded(attacked, protocol=protocol, settings=settings, recorded_rounds=max(round_index + 1, multi))
+    victim_data = _party(attacked, victim)
+    config = _train_config(settings)
+    truth = truth_pairs(victim_data, n_honest=fake.n_honest, thd=config.thd)
+    honest = np.arange(fake.n_honest, dtype=np.int64)
+    deanon, grads = _attack_views(run, fake, honest=honest, attacker=attacker, victim=victim, round_index=round_index)
+    out = {"deanonymization": with_popularity(deanon, truth, users=honest, n_items=victim_data.n_items),
+           "gradient": with_popularity(grads, truth, users=honest, n_items=victim_data.n_items)}
+    if multi and isinstance(run.log, MessageLog):
+        views = [party_aggregate(run.log, config=config, n_users=attacked.n_users, attacker=attacker, round_index=t)
+                 for t in range(multi)]
+        degree = guesses_per_user(truth, honest)
+        guessed = deanonymize_across_rounds(views, fake, honest=honest, k=degree)
+        out["deanonymization_multiround"] = {**with_popularity(guessed, truth, users=honest,
+                                                               n_items=victim_data.n_items), "rounds": float(multi)}
+    return out
+
+
+def _attack_views(run: RecordedRun, fake: FakeUsers, *, honest: np.ndarray, attacker: str, victim: str,
+                  round_index: int) -> tuple[Pairs, Pairs]:
+    """(de-anonymization guesses, gradient-attack guesses) from a recorded run."""
+    n_users = run.federation.n_users
+    if isinstance(run.log, ExchangeLog):
+        gs = _train_config(run.settings).grad_scale
+        down = expansion_view(run.log, attacker=attacker, round_index=round_index)
+        rows = ldp_gradient_rows(run.log, n_users=n_users, grad_scale=gs, victim=victim, round_index=round_index)
+        return deanonymize_neighbours(down, fake, honest=honest), gradient_attack(rows, fake, honest=honest)
+    config = _train_config(run.settings)
+    view = party_aggregate(run.log, config=config, n_users=n_users, attacker=attacker, round_index=round_index)
+    rows = victim_gradient_rows(run.log, config=config, victim=victim, round_index=round_index)
+    return (deanonymize_aggregates(view, fake, honest=honest, model=config.model),
+            gradient_attack(rows, fake, honest=honest))
+
+
+def coordinator_figures(run: RecordedRun, *, victim: str = "party1", round_index: int = 0) -> dict[str, object]:
+    """The curious coordinator against one party: F1 of each message it can attack, the best, and the popularity guess.
+
+    k = each user's true number of victim items (the attacker is told the counts, as in the
+    independent audit this reproduces; the popularity guess gets the same counts), and, as
+    `mean_k`, one k for everyone: the victim's announced training count / N, which the
+    coordinator really knows.
+    """
+    fed = run.federation
+    config = _train_config(run.settings)
+    data = _party(fed, victim)
+    truth = truth_pairs(data, n_honest=fed.n_users, thd=config.thd)
+    users = np.arange(fed.n_users, dtype=np.int64)
+    degree = np.bincount(np.fromiter((u for u, _ in truth), dtype=np.int64, count=len(truth)), minlength=fed.n_users)
+    projected = isinstance(run.settings, TrainConfig) and run.settings.use_projection
+    base = knowledge_from_seed(config, n_users=fed.n_users, party_id=victim, n_items=data.n_items,
+                               train_count=len(data.train), projected=projected)
+    messages: dict[str, tuple[np.ndarray, bool, bool]] = {}  # name -> (observed, projected, signed)
+    if isinstance(run.log, ExchangeLog):
+        messages["gradient"] = (ldp_gradient_rows(run.log, n_users=fed.n_users, grad_scale=config.grad_scale,
+                                                  victim=victim, round_index=round_index), False, False)
+    else:
+        messages["aggregate"] = (run.log.projection(party_id=victim, round_index=round_index, layer=0), projected,
+                                 True)
+        messages["gradient"] = (victim_gradient_rows(run.log, config=config, victim=victim, round_index=round_index),
+                                False, False)
+    per_message: dict[str, dict[str, float]] = {}
+    for name, (observed, proj, signed) in messages.items():
+        row: dict[str, float] = {}
+        for label, k in (("", degree), ("mean_k_", base.k)):
+            knowledge = replace(base, phi=base.phi if proj else None, k=k)
+            guessed = coordinator_attack(observed=observed, knowledge=knowledge, users=users, signed=signed)
+            row.update({f"{label}{key}": value for key, value in prf(guessed, truth).items()})
+        per_message[name] = row
+    best = max(per_message, key=lambda n: per_message[n]["f1"])
+    pop = prf(popularity_guess(truth, users=users, n_items=data.n_items, k=degree), truth)["f1"]
+    pop_mean = prf(popularity_guess(truth, users=users, n_items=data.n_items, k=base.k), truth)["f1"]
+    return {"f1": per_message[best]["f1"], "precision": per_message[best]["precision"],
+            "recall": per_message[best]["recall"], "best_message": best, "popularity_f1": pop,
+            "random_f1": random_guess_f1(truth, users=users, n_items=data.n_items, k=degree),
+            "mean_k": int(np.asarray(base.k)), "mean_k_popularity_f1": pop_mean, "by_message": per_message}
