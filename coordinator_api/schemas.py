@@ -83,6 +83,9 @@ class TrainingRunRead(BaseModel):
     n_users: int | None
     config: dict[str, Any]
     privacy: dict[str, Any] = Field(description="effective privacy mechanisms and parameters (defaults included)")
+    privacy_report: dict[str, Any] = Field(
+        description="the mechanisms and the attack F1 measured against the same mechanisms on a reference data set "
+                    "(shipped benchmark figures; see `fedrec privacy-report`)")
     bytes_sent: dict[str, int]
     bytes_received: dict[str, int]
     rounds: list[RoundRead]

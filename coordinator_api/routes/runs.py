@@ -10,17 +10,19 @@ from coordinator_api.schemas import RoundRead, TrainingRunCreate, TrainingRunRea
 from services.coordinator import runs
 from services.coordinator.runner import train_config
 from services.db.coordinator_tables import RoundRow, RunRow
+from services.privacy.report import privacy_report
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], dependencies=[AdminDep],
                    responses=error_responses(401, 403, 404, 409, 422, 502))
 
 
 def _read(run: RunRow, rounds: list[RoundRow]) -> TrainingRunRead:
+    config = train_config(run.config, seed=run.seed, rounds=run.rounds_total)
     return TrainingRunRead(
         run_id=run.run_id, state=run.state, detail=run.detail, rounds_total=run.rounds_total,
         rounds_done=run.rounds_done, current_round=min(run.rounds_done, run.rounds_total - 1),
         min_parties=run.min_parties, seed=run.seed, party_ids=run.party_ids, n_users=run.n_users,
-        config=run.config, privacy=train_config(run.config, seed=run.seed, rounds=run.rounds_total).privacy_record(),
+        config=run.config, privacy=config.privacy_record(), privacy_report=privacy_report(config),
         bytes_sent=run.bytes_sent, bytes_received=run.bytes_received,
         rounds=[RoundRead(round_index=r.round_index, participants=r.participants, failures=r.failures,
                           metrics=r.metrics, bytes_sent=r.bytes_sent, bytes_received=r.bytes_received,
