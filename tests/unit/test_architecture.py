@@ -19,7 +19,7 @@ from tests.support.layout import OURS, ROOT, imports_of, module_name, our_files,
 
 CORE = frozenset({"services.errors", "services.protocol", "services.crypto", "services.data", "services.db",
                   "models"})
-PROTOCOLS = frozenset({"services.verfedgnn", "services.p4gcn"})
+PROTOCOLS = frozenset({"services.verfedgnn", "services.p4gcn", "services.fedpergnn"})
 ROLES = frozenset({"services.party", "services.coordinator"})
 APIS = frozenset({"party_api", "coordinator_api"})
 SETTINGS = frozenset({"services.config"})
@@ -38,16 +38,21 @@ ALLOWED: dict[str, frozenset[str]] = {
     # protocols: the core (never a role, an API or settings; one may build on another, never in a circle)
     "services.verfedgnn": CORE,
     "services.p4gcn": CORE,
+    "services.fedpergnn": CORE | {"services.verfedgnn"},  # the baseline reuses VerFedGNN's trainers
     # roles: protocols, core, settings (never each other)
     "services.party": CORE | PROTOCOLS | SETTINGS,
     "services.coordinator": CORE | PROTOCOLS | SETTINGS,
     # experiments run the protocols in one process (no role, no API)
     "services.evaluation": CORE | PROTOCOLS,
+    # attacks read recorded messages of experiment runs (no role, no API; nothing of ours imports them)
+    "services.attacks": CORE | PROTOCOLS | {"services.evaluation"},
+    # a run's privacy report: its mechanisms and the shipped attack figures (read by the coordinator's API)
+    "services.privacy": CORE | {"services.verfedgnn"},
     # what both APIs share: framework glue over the core and settings (never a role, a protocol or an API)
     "api_common": CORE | SETTINGS,
     # an API: its own role, protocol wire messages, core, settings, api_common (never the other API or role)
     "party_api": CORE | PROTOCOLS | SETTINGS | {"services.party", "api_common"},
-    "coordinator_api": CORE | PROTOCOLS | SETTINGS | {"services.coordinator", "api_common"},
+    "coordinator_api": CORE | PROTOCOLS | SETTINGS | {"services.coordinator", "services.privacy", "api_common"},
     # the command line drives everything
     "cli": CORE | PROTOCOLS | ROLES | SETTINGS | APIS | {"services.evaluation", "api_common"},
     "migrations": frozenset({"services.db"}),
@@ -71,6 +76,7 @@ NOT_LOADED: dict[str, frozenset[str]] = {
     "services.crypto": WEB | {"torch", "sqlalchemy", "httpx"},
     "services.protocol": WEB | {"torch", "sqlalchemy", "httpx"},
     "services.verfedgnn": WEB | {"sqlalchemy", "httpx"},  # the engine: storage and transport are the roles'
+    "services.fedpergnn": WEB | {"sqlalchemy", "httpx"},
     "services": WEB,
 }
 
@@ -105,6 +111,9 @@ def test_the_table_states_the_layering() -> None:
     assert "services.coordinator" not in ALLOWED["party_api"] and "services.party" not in ALLOWED["coordinator_api"]
     assert ALLOWED["services.crypto"] == {"services.errors"} and not ALLOWED["models"]
     assert not ALLOWED["services.evaluation"] & (ROLES | APIS)
+    for analysis in ("services.attacks", "services.privacy"):
+        assert not ALLOWED[analysis] & (ROLES | APIS | SETTINGS | {"api_common"}), analysis
+    assert all("services.attacks" not in deps for deps in ALLOWED.values())  # the suite is a leaf of the tree
     assert all("cli" not in deps for deps in ALLOWED.values())  # nothing imports the command line
     for core in CORE:
         assert _closure(core) <= CORE | {core}, core  # the core never reaches up
