@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from services.attacks.coordinator import coordinator_attack, knowledge_from_seed
+from services.attacks.coordinator import CoordinatorKnowledge, coordinator_attack, knowledge_from_seed
 from services.attacks.deanonymization import (
     deanonymize_across_rounds,
     deanonymize_aggregates,
@@ -164,13 +164,36 @@ def _attack_views(run: RecordedRun, fake: FakeUsers, *, honest: np.ndarray, atta
             gradient_attack(rows, fake, honest=honest))
 
 
-def coordinator_figures(run: RecordedRun, *, victim: str = "party1", round_index: int = 0) -> dict[str, object]:
+Observed = dict[str, tuple[np.ndarray, bool, bool]]  # message name -> (what it shows, projected?, signed?)
+
+
+def _per_party_messages(run: RecordedRun, *, victim: str, round_index: int, projected: bool) -> Observed:
+    """What today's coordinator receives from the victim alone: its layer-0 projection and its gradient upload."""
+    config = _train_config(run.settings)
+    if isinstance(run.log, ExchangeLog):
+        rows = ldp_gradient_rows(run.log, n_users=run.federation.n_users, grad_scale=config.grad_scale,
+                                 victim=victim, round_index=round_index)
+        return {"gradient": (rows, False, False)}
+    return {"aggregate": (run.log.projection(party_id=victim, round_index=round_index, layer=0), projected, True),
+            "gradient": (victim_gradient_rows(run.log, config=config, victim=victim, round_index=round_index),
+                         False, False)}
+
+
+def coordinator_figures(run: RecordedRun, *, victim: str = "party1", round_index: int = 0,
+                        observed: Observed | None = None,
+                        knowledge: CoordinatorKnowledge | None = None) -> dict[str, object]:
     """The curious coordinator against one party: F1 of each message it can attack, the best, and the popularity guess.
 
     k = each user's true number of victim items (the attacker is told the counts, as in the
     independent audit this reproduces; the popularity guess gets the same counts), and, as
     `mean_k`, one k for everyone: the victim's announced training count / N, which the
     coordinator really knows.
+
+    By default the coordinator sees each party's messages of round `round_index` separately and
+    knows the run seed (`knowledge_from_seed`). A protocol that hides them passes what its
+    coordinator does see instead (`observed`, e.g. {"aggregate_sum": (Σ_p Y_p, True, True)}) and
+    what it can know (`knowledge`: its Φ and its guess of the victim's item embeddings; its k is
+    not used, the two k above are).
     """
     fed = run.federation
     config = _train_config(run.settings)
@@ -179,29 +202,24 @@ def coordinator_figures(run: RecordedRun, *, victim: str = "party1", round_index
     users = np.arange(fed.n_users, dtype=np.int64)
     degree = np.bincount(np.fromiter((u for u, _ in truth), dtype=np.int64, count=len(truth)), minlength=fed.n_users)
     projected = isinstance(run.settings, TrainConfig) and run.settings.use_projection
-    base = knowledge_from_seed(config, n_users=fed.n_users, party_id=victim, n_items=data.n_items,
-                               train_count=len(data.train), projected=projected)
-    messages: dict[str, tuple[np.ndarray, bool, bool]] = {}  # name -> (observed, projected, signed)
-    if isinstance(run.log, ExchangeLog):
-        messages["gradient"] = (ldp_gradient_rows(run.log, n_users=fed.n_users, grad_scale=config.grad_scale,
-                                                  victim=victim, round_index=round_index), False, False)
-    else:
-        messages["aggregate"] = (run.log.projection(party_id=victim, round_index=round_index, layer=0), projected,
-                                 True)
-        messages["gradient"] = (victim_gradient_rows(run.log, config=config, victim=victim, round_index=round_index),
-                                False, False)
+    base = knowledge if knowledge is not None else knowledge_from_seed(
+        config, n_users=fed.n_users, party_id=victim, n_items=data.n_items, train_count=len(data.train),
+        projected=projected)
+    mean_k = max(1, round(len(data.train) / fed.n_users))
+    messages = observed if observed is not None else _per_party_messages(run, victim=victim, round_index=round_index,
+                                                                          projected=projected)
     per_message: dict[str, dict[str, float]] = {}
-    for name, (observed, proj, signed) in messages.items():
+    for name, (shown, proj, signed) in messages.items():
         row: dict[str, float] = {}
-        for label, k in (("", degree), ("mean_k_", base.k)):
-            knowledge = replace(base, phi=base.phi if proj else None, k=k)
-            guessed = coordinator_attack(observed=observed, knowledge=knowledge, users=users, signed=signed)
+        for label, k in (("", degree), ("mean_k_", mean_k)):
+            view = replace(base, phi=base.phi if proj else None, k=k)
+            guessed = coordinator_attack(observed=shown, knowledge=view, users=users, signed=signed)
             row.update({f"{label}{key}": value for key, value in prf(guessed, truth).items()})
         per_message[name] = row
     best = max(per_message, key=lambda n: per_message[n]["f1"])
     pop = prf(popularity_guess(truth, users=users, n_items=data.n_items, k=degree), truth)["f1"]
-    pop_mean = prf(popularity_guess(truth, users=users, n_items=data.n_items, k=base.k), truth)["f1"]
+    pop_mean = prf(popularity_guess(truth, users=users, n_items=data.n_items, k=mean_k), truth)["f1"]
     return {"f1": per_message[best]["f1"], "precision": per_message[best]["precision"],
             "recall": per_message[best]["recall"], "best_message": best, "popularity_f1": pop,
             "random_f1": random_guess_f1(truth, users=users, n_items=data.n_items, k=degree),
-            "mean_k": int(np.asarray(base.k)), "mean_k_popularity_f1": pop_mean, "by_message": per_message}
+            "mean_k": mean_k, "mean_k_popularity_f1": pop_mean, "by_message": per_message}

@@ -70,6 +70,10 @@ def test_coordinator_attack_with_and_without_protection(fed) -> None:  # type: i
                                  knowledge=wrong, users=users)
     baseline = popularity_guess(truth, users=users, n_items=VICTIM_ITEMS, k=wrong.k)
     assert prf(guessed, truth)["f1"] <= prf(baseline, truth)["f1"]
+    # the same through the suite's hook, as a secure-aggregation run would call it: only the sum is seen
+    total = sum(run.log.projection(party_id=p, round_index=0, layer=0) for p in ("party0", "party1"))  # type: ignore[union-attr]
+    summed = coordinator_figures(run, observed={"aggregate_sum": (total, True, True)}, knowledge=wrong)
+    assert summed["best_message"] == "aggregate_sum" and summed["f1"] <= summed["popularity_f1"]
 
 
 def test_fake_users_rate_one_victim_item_each(fed) -> None:  # type: ignore[no-untyped-def]
