@@ -1,0 +1,81 @@
+"""Ranking metrics against hand-computed cases; top-K and the fan-out merge on small matrices."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from services.evaluation import ranking
+
+
+def test_recall_and_ndcg_hand_computed() -> None:
+    ranked = ["a", "b", "c", "d"]
+    relevant = {"b", "d", "e"}
+    # k=2: one hit at rank 2 over min(3, 2) = 2 relevant positions
+    assert ranking.recall_at_k(ranked, relevant, 2) == pytest.approx(0.5)
+    assert ranking.ndcg_at_k(ranked, relevant, 2) == pytest.approx((1 / math.log2(3)) / (1 + 1 / math.log2(3)))
+    # k=4: hits at ranks 2 and 4; ideal DCG over 3 positions
+    assert ranking.recall_at_k(ranked, relevant, 4) == pytest.approx(2 / 3)
+    ideal = 1 + 1 / math.log2(3) + 1 / math.log2(4)
+    assert ranking.ndcg_at_k(ranked, relevant, 4) == pytest.approx((1 / math.log2(3) + 1 / math.log2(5)) / ideal)
+    assert ranking.ndcg_at_k(ranked, relevant, 4) == pytest.approx(0.498189, abs=1e-6)
+    # a perfect list scores 1, an empty relevant set 0
+    assert ranking.ndcg_at_k(["b", "d", "e"], relevant, 10) == pytest.approx(1.0)
+    assert ranking.recall_at_k(["b", "d", "e"], relevant, 10) == pytest.approx(1.0)
+    assert ranking.ndcg_at_k(ranked, set(), 10) == 0.0
+
+
+def test_coverage_and_median_train_count() -> None:
+    lists = [[1, 2], [2, 3]]
+    assert ranking.coverage(lists, 10) == pytest.approx(0.3)
+    # counts of 1, 2, 2, 3 → 5, 1, 1, 9: median 3
+    assert ranking.median_train_count(lists, {1: 5, 2: 1, 3: 9}) == 3.0
+    assert ranking.median_train_count(lists, np.array([0, 5, 1, 9])) == 3.0
+
+
+def test_evaluate_lists_means_over_users_with_a_relevant_item() -> None:
+    relevant = {0: {1}, 1: {2, 3}, 2: set()}
+    lists = {0: [1, 0], 1: [0, 2], 2: [1, 1]}
+    out = ranking.evaluate_lists(lists, relevant, n_items=4, train_counts=np.array([7, 3, 2, 1]), ks=(1, 2),
+                                 summary_k=2)
+    assert out["users"] == 2
+    assert out["recall@1"] == pytest.approx((1 + 0) / 2)
+    assert out["recall@2"] == pytest.approx((1 + 1 / 2) / 2)
+    assert out["ndcg@2"] == pytest.approx((1 + (1 / math.log2(3)) / (1 + 1 / math.log2(3))) / 2)
+    assert out["coverage"] == pytest.approx(3 / 4)  # items 0, 1, 2 over users 0 and 1
+    assert out["median_train_count"] == pytest.approx(5.0)  # counts 3, 7, 7, 2
+    # a scored user without a list counts as misses
+    assert ranking.evaluate_lists({0: [1]}, relevant, n_items=4, train_counts=np.ones(4), ks=(1,))["recall@1"] == 0.5
+
+
+def test_top_k_excludes_seen_items_and_breaks_ties_by_index() -> None:
+    scores = np.array([[0.1, 0.9, 0.5, 0.9], [1.0, 1.0, 0.0, -1.0]])
+    seen = np.array([[False, False, False, True], [False, False, False, False]])
+    cols, top = ranking.top_k(scores, seen, 2)
+    assert cols.tolist() == [[1, 2], [0, 1]]
+    assert top.tolist() == [[0.9, 0.5], [1.0, 1.0]]
+    # fewer candidates than k: padded with -1
+    cols, _ = ranking.top_k(scores, np.array([[True, True, True, False], [True] * 4]), 2)
+    assert cols.tolist() == [[3, -1], [-1, -1]]
+
+
+def test_merge_matches_the_fanout_rule() -> None:
+    a = [("x", 3.0), ("y", 1.0)]
+    b = [("w", 3.0), ("z", 2.0)]
+    assert ranking.merge_lists([a, b], 3) == ["x", "w", "z"]  # tie: the earlier party first
+    items, scores = ranking.merge_top_k([(np.array([[0, 1]]), np.array([[3.0, 1.0]])),
+                                         (np.array([[2, -1]]), np.array([[2.0, -np.inf]]))], 3)
+    assert items.tolist() == [[0, 2, 1]]
+    assert scores.tolist() == [[3.0, 2.0, 1.0]]
+
+
+def test_evaluate_scores_full_ranking() -> None:
+    scores = np.array([[3.0, 2.0, 1.0, 0.0], [0.0, 1.0, 2.0, 3.0]])
+    seen = ranking.seen_matrix(2, 4, (np.array([0]), np.array([0])))
+    relevant = ranking.relevant_sets(np.array([0, 1, 1]), np.array([1, 0, 3]), np.array([5.0, 4.0, 3.0]))
+    assert relevant == {0: {1}, 1: {0}}
+    out = ranking.evaluate_scores(scores, seen=seen, relevant=relevant, train_counts=np.arange(4), ks=(1, 4))
+    assert out["recall@1"] == pytest.approx(0.5)  # user 0's first unseen is item 1; user 1's first is item 3
+    assert out["ndcg@4"] == pytest.approx((1 + 1 / math.log2(5)) / 2)
