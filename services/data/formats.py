@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from services.data.ciaodvd import (
+    RATING_FILES,
+    TRUST_FILES,
+    find_file,
+    read_ciaodvd_ratings,
+    read_ciaodvd_trust,
+)
 from services.data.csv import read_csv_ratings
 from services.data.filmtrust import (
     FILMTRUST_RATING_RANGE,
@@ -14,7 +21,7 @@ from services.data.movielens import read_ml1m_ratings, read_ml100k_ratings
 from services.data.parsing import empty_ratings
 from services.data.types import Dataset
 
-FORMATS = ("ml-100k", "ml-1m", "filmtrust", "csv")
+FORMATS = ("ml-100k", "ml-1m", "filmtrust", "ciaodvd", "csv")
 
 
 def detect_format(path: str | Path) -> str:
@@ -28,8 +35,10 @@ def detect_format(path: str | Path) -> str:
         ):
             if (p / marker).is_file():
                 return fmt
+        if find_file(p, RATING_FILES) is not None:
+            return "ciaodvd"
         raise ValueError(
-            f"cannot tell the format of directory {p}: no u.data, ratings.dat or ratings.txt"
+            f"cannot tell the format of directory {p}: no u.data, ratings.dat, ratings.txt or {RATING_FILES[0]}"
         )
     if not p.is_file():
         raise FileNotFoundError(f"data set not found: {p}")
@@ -41,6 +50,8 @@ def detect_format(path: str | Path) -> str:
         return "csv"
     if p.name == "ratings.txt":
         return "filmtrust"
+    if p.name in RATING_FILES:
+        return "ciaodvd"
     raise ValueError(f"cannot tell the format of {p}; pass one of {FORMATS}")
 
 
@@ -62,6 +73,12 @@ def load_all(path: str | Path, fmt: str | None = None) -> Dataset:
         if (root / "trust.txt").is_file():
             social = read_filmtrust_trust(root / "trust.txt")
         lo, hi = FILMTRUST_RATING_RANGE
+    elif fmt == "ciaodvd":
+        root = p if p.is_dir() else p.parent
+        ratings, _ = read_ciaodvd_ratings(find_file(root, RATING_FILES) or root / RATING_FILES[0])
+        trust = find_file(root, TRUST_FILES)
+        social = read_ciaodvd_trust(trust) if trust is not None else None
+        lo, hi = float(ratings.ratings.min()), float(ratings.ratings.max())
     else:
         ratings = read_csv_ratings(p)
         if len(ratings):
