@@ -31,7 +31,7 @@ Opt = typer.Option
 
 
 def run(data: Annotated[Path, Opt(help="data set directory or file")],
-        dataset: Annotated[str, Opt(help="ml100k | filmtrust | csv | synthetic")] = "ml100k",
+        dataset: Annotated[str, Opt(help="ml100k | filmtrust | ciaodvd | csv | synthetic")] = "ml100k",
         split: Annotated[str, Opt(help="official split (u1..u5, ua, ub) or random (60/20/20)")] = "u1",
         parties: Annotated[int, Opt(min=1)] = 2,
         model: Annotated[str, Opt(help="gcn | gat | ggnn | mf")] = "gcn",
@@ -46,7 +46,8 @@ def run(data: Annotated[Path, Opt(help="data set directory or file")],
         out: Annotated[Path, Opt(help="output directory")] = Path("var/experiment")) -> None:
     """Train and evaluate; writes results.md, results.json and valid_rmse.png under OUT."""
     if protocol == SOCIAL_PROTOCOL:  # hook: P4GCN rating party + social party (cli/social_experiment.py)
-        run_social(data=data, seeds=seeds, out=out, epochs=rounds or 30)
+        run_social(data=data, seeds=seeds, out=out, epochs=rounds or 30,
+                   fmt=dataset if dataset in ("filmtrust", "ciaodvd", "csv") else None)
         return
     if preset is not None and preset not in PRESETS:
         raise typer.BadParameter(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")

@@ -1,4 +1,4 @@
-"""`fedrec experiment --protocol social-gnn`: P4GCN (rating party + social party) over seeds."""
+"""`fedrec experiment --protocol social-gnn`: P4GCN (rating party + social party) over seeds, per slice."""
 
 from __future__ import annotations
 
@@ -9,30 +9,35 @@ import numpy as np
 import typer
 
 SOCIAL_PROTOCOL = "social-gnn"
-VARIANTS = ("dp", "dp-forward", "nodp", "lightgcn", "fusion-only")
 
 
-def run_social(*, data: Path, seeds: int, out: Path, epochs: int = 30, epsilon: float = 15.0,
-               delta: float = 1e-4, variants: tuple[str, ...] = VARIANTS) -> dict[str, dict[str, float]]:
-    """Train every variant on FilmTrust (random 80/10/10 split per seed); print and write the summary."""
-    from services.data.filmtrust import load_filmtrust
-    from services.evaluation.social import FILMTRUST_MODEL, filmtrust_train_config, run_variant
+def run_social(*, data: Path, seeds: int, out: Path, epochs: int = 30, epsilon: float = 10.0,
+               delta: float = 1e-4, fmt: str | None = None) -> dict[str, dict[str, dict[str, float]]]:
+    """Train LightGCN alone and P4GCN without/with DP (one summary release, validated fusion) on any social
+    data set the readers know (format detected unless named); print and write the per-slice summary."""
+    from services.data.social import SOCIAL_FORMATS, load_social
+    from services.evaluation.social import FILMTRUST_MODEL, SLICES, run_once, train_config_for
     from services.p4gcn.trainer import index_dataset
 
-    rows: dict[str, list[tuple[float, float]]] = {v: [] for v in variants}
+    if fmt is not None and fmt not in SOCIAL_FORMATS:
+        raise typer.BadParameter(f"unknown social format {fmt!r}; choose from {SOCIAL_FORMATS}")
+    rows: dict[str, dict[str, list[float]]] = {}
+    records: dict[str, list[object]] = {}
     for seed in range(seeds):
-        indexed = index_dataset(load_filmtrust(data, seed=seed, ratios=(0.8, 0.1, 0.1)))
-        cfg = filmtrust_train_config(seed=seed, epochs=epochs)
-        for v in variants:
-            res = run_variant(indexed, variant=v, model_config=FILMTRUST_MODEL, config=cfg, epsilon=epsilon,
-                              delta=delta)
-            rows[v].append((res.rmse, res.mae))
-            typer.echo(f"seed {seed} {v}: RMSE {res.rmse:.4f} MAE {res.mae:.4f}")
-    summary = {v: {"rmse": float(np.mean([r for r, _ in x])), "rmse_std": float(np.std([r for r, _ in x])),
-                   "mae": float(np.mean([m for _, m in x]))} for v, x in rows.items()}
+        ds = load_social(data, fmt=fmt, seed=seed)
+        res = run_once(index_dataset(ds), model_config=FILMTRUST_MODEL,
+                       config=train_config_for(ds.name, seed=seed, epochs=epochs), epsilon=epsilon, delta=delta)
+        for v, r in res.items():
+            for s in SLICES:
+                rows.setdefault(v, {}).setdefault(s, []).append(r.slices[s]["rmse"])
+            records.setdefault(v, []).append(r.record)
+            typer.echo(f"seed {seed} {v}: " + " ".join(f"{s} {r.slices[s]['rmse']:.4f}" for s in SLICES))
+    summary = {v: {s: {"rmse": float(np.mean(x)), "rmse_std": float(np.std(x))} for s, x in by.items()}
+               for v, by in rows.items()}
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results-social.json").write_text(json.dumps(summary, indent=2))
-    typer.echo("| variant | RMSE | MAE |\n|---|---|---|")
-    for v, s in summary.items():
-        typer.echo(f"| {v} | {s['rmse']:.4f} ± {s['rmse_std']:.4f} | {s['mae']:.4f} |")
+    (out / "results-social.json").write_text(json.dumps({"slices": summary, "records": records}, indent=2,
+                                                        default=str))
+    typer.echo("| variant | " + " | ".join(SLICES) + " |\n|---" * (len(SLICES) + 1) + "|")
+    for v, by in summary.items():
+        typer.echo(f"| {v} | " + " | ".join(f"{by[s]['rmse']:.4f} ± {by[s]['rmse_std']:.4f}" for s in SLICES) + " |")
     return summary

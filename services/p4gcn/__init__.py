@@ -12,5 +12,6 @@ Modules, each importing only the ones listed before it (and services.crypto, .da
   client    SocialClient: the HTTP SocialTransport, owner of the /v1/social session URL paths
   http      HttpSocialBackend: the encrypted backend over SocialClient (backends, client, keys)
   trainer   the rating party's training loop (backends, graph; models.p4gcn)
+  fusion    the social summary released once under the whole budget and the validated fusion (trainer)
 The wire messages stay in services.protocol.social (both parties and the API import them).
 """

@@ -85,6 +85,8 @@ class SocialRunResult:
     valid_history: list[float] = field(default_factory=list)
     privacy: dict[str, Any] = field(default_factory=dict)
     traffic: dict[str, int] = field(default_factory=dict)
+    valid_pred: np.ndarray = field(default_factory=lambda: np.zeros(0))  # at the best epoch, for slices/fusion
+    test_pred: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 def index_dataset(dataset: Dataset) -> SocialData:
@@ -107,8 +109,9 @@ def index_dataset(dataset: Dataset) -> SocialData:
 
 
 def build_model(data: SocialData, config: P4GCNConfig) -> P4GCN:
-    """P4GCN over the training rating graph."""
+    """P4GCN over the training rating graph; the decoder's range is the data's rating range."""
     adj = normalized_bipartite(data.train.users, data.train.items, data.n_users, data.n_items)
+    config = config.model_copy(update={"rating_min": data.rating_min, "rating_max": data.rating_max})
     return P4GCN(config=config, n_users=data.n_users, n_items=data.n_items, adjacency=adj)
 
 
@@ -118,13 +121,18 @@ def _scale_for(x: np.ndarray, c: float) -> float:
     return c / top if top > 0 else 1.0
 
 
-def evaluate(model: P4GCN, t: Triples, social: torch.Tensor | None) -> tuple[float, float]:
-    """(RMSE, MAE) on indexed ratings."""
+def predict(model: P4GCN, t: Triples, social: torch.Tensor | None) -> np.ndarray:
+    """Predicted ratings for indexed (user, item) pairs (evaluation mode)."""
     model.eval()
     with torch.no_grad():
         pred = model(torch.from_numpy(t.users), torch.from_numpy(t.items), social).numpy()
     model.train()
-    return rmse_mae(*error_sums(pred, t.ratings))
+    return pred.astype(np.float64)
+
+
+def evaluate(model: P4GCN, t: Triples, social: torch.Tensor | None) -> tuple[float, float]:
+    """(RMSE, MAE) on indexed ratings."""
+    return rmse_mae(*error_sums(predict(model, t, social), t.ratings))
 
 
 class SocialTrainer:
@@ -144,6 +152,7 @@ class SocialTrainer:
         self._x_sent = np.zeros((data.n_users, model_config.dim))
         self._kappa = 1.0
         self._ema = {n: p.detach().clone() for n, p in self.model.named_parameters()}
+        self.best_social: torch.Tensor | None = None  # the social input of the best epoch (after fit)
 
     def _update_ema(self) -> None:
         """ema <- decay * ema + (1 - decay) * weights (the rating party's own parameters only)."""
@@ -243,7 +252,10 @@ class SocialTrainer:
             elif epoch - best[1] >= self.config.patience:
                 break
         self.model.load_state_dict(best[2])
-        rmse, mae = evaluate(self.model, self.data.test, best[3])
+        self.best_social = best[3]
+        test_pred = predict(self.model, self.data.test, best[3])
+        rmse, mae = rmse_mae(*error_sums(test_pred, self.data.test.ratings))
         privacy = self.backend.privacy() if self.backend is not None else {}
         traffic = self.backend.traffic() if self.backend is not None else {}
-        return SocialRunResult(rmse, mae, best[1], len(history), history, privacy, traffic)
+        return SocialRunResult(rmse, mae, best[1], len(history), history, privacy, traffic,
+                               predict(self.model, self.data.valid, best[3]), test_pred)

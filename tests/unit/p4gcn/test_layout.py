@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.support.layout import imported_modules, layering_violations
 
-ORDER = ["graph", "keys", "engines", "party", "ledger", "service", "backends", "client", "http", "trainer"]
+ORDER = ["graph", "keys", "engines", "party", "ledger", "service", "backends", "client", "http", "trainer", "fusion"]
 
 
 def test_p4gcn_modules_are_layered() -> None:
