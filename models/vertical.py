@@ -38,6 +38,13 @@ class VerFedGNNConfig(BaseModel):
     init_std: float = Field(0.1, gt=0.0, le=1.0)
     rating_levels: int = Field(0, ge=0, le=64, description="0: plain edges; L: learnable weight per rating level")
     transform: bool = Field(True, description="GCN/GAT layers apply W^k; False: LightGCN-style (W^k = I)")
+    rank_dims: int = Field(0, ge=0, le=1023, description="trailing coordinates of h used only by the ranking score")
+    rank_bias: bool = Field(False, description="items carry a private ranking bias c_v (ranking objective on)")
+
+    @property
+    def rating_dim(self) -> int:
+        """Leading coordinates of h that the rating prediction uses (D − rank_dims)."""
+        return self.dim - self.rank_dims
 
     @property
     def n_layers(self) -> int:
@@ -96,13 +103,14 @@ class PublicModel(nn.Module):
 
 
 class PrivateItems(nn.Module):
-    """One party's item embeddings and biases (never leave the party)."""
+    """One party's item embeddings and biases, and the optional ranking bias c_v (never leave the party)."""
 
-    def __init__(self, *, n_items: int, dim: int, init_std: float = 0.1) -> None:
+    def __init__(self, *, n_items: int, dim: int, init_std: float = 0.1, rank_bias: bool = False) -> None:
         super().__init__()
         self.n_items, self.dim, self.init_std = n_items, dim, init_std
         self.item_emb = nn.Parameter(torch.empty(n_items, dim))
         self.item_bias = nn.Parameter(torch.empty(n_items))
+        self.rank_bias = nn.Parameter(torch.empty(n_items)) if rank_bias else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -110,6 +118,8 @@ class PrivateItems(nn.Module):
         with torch.no_grad():
             nn.init.normal_(self.item_emb, std=self.init_std)
             self.item_bias.zero_()
+            if self.rank_bias is not None:
+                self.rank_bias.zero_()
 
     def __repr__(self) -> str:
         return f"PrivateItems(n_items={self.n_items}, dim={self.dim})"
@@ -170,11 +180,34 @@ class PartyForward:
 
 def predict(public: PublicModel, private: PrivateItems, h_u: torch.Tensor, h_v: torch.Tensor,
             users: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
-    """r̂ = μ + b_u + b_v + h_u · h_v for parallel (user, local item) index tensors."""
-    dot = (h_u.index_select(0, users) * h_v.index_select(0, items)).sum(dim=1)
+    """r̂ = μ + b_u + b_v + h_u · h_v (the first `rating_dim` coordinates) for parallel (user, local item) indices."""
+    d = public.config.rating_dim
+    dot = (h_u[:, :d].index_select(0, users) * h_v[:, :d].index_select(0, items)).sum(dim=1)
     if not public.config.use_bias:
         return dot
     return public.global_bias + public.user_bias.index_select(0, users) + private.item_bias.index_select(0, items) + dot
+
+
+def rank_scores(private: PrivateItems, h_u: torch.Tensor, h_v: torch.Tensor) -> torch.Tensor:
+    """s(u, v) = h_u · h_v (every coordinate) + c_v for the given user rows against all own items: (U, M)."""
+    s = h_u @ h_v.T
+    return s if private.rank_bias is None else s + private.rank_bias
+
+
+def softmax_rank_loss(scores: torch.Tensor, seen: torch.Tensor, pos_rows: torch.Tensor,
+                      pos_items: torch.Tensor) -> torch.Tensor:
+    """Full softmax ranking loss Σ_(u,v) −log( e^{s_uv} / (e^{s_uv} + Σ_{j ∉ train(u)} e^{s_uj}) ).
+
+    Args:
+        scores: (U, M) scores of U users against the party's M items.
+        seen: (U, M) bool, True on each user's training items: they are never negatives.
+        pos_rows, pos_items: one entry per positive (a training pair), row of `scores` and item column.
+    Returns:
+        The summed loss (scalar). A user whose every item is seen has no negatives and contributes 0.
+    """
+    lse = torch.logsumexp(scores.masked_fill(seen, float("-inf")), dim=1)
+    pos = scores[pos_rows, pos_items]
+    return (torch.logaddexp(lse.index_select(0, pos_rows), pos) - pos).sum()
 
 
 # fork_rng + manual_seed go through torch's process-wide RNG, which is not thread-safe: trainers
@@ -200,4 +233,4 @@ def build_public(*, config: VerFedGNNConfig, n_users: int, seed: int, global_mea
 def build_private(*, config: VerFedGNNConfig, n_items: int, seed: int) -> PrivateItems:
     """A party's private item parameters initialised from `seed` without touching the global RNG."""
     with _seeded(seed):
-        return PrivateItems(n_items=n_items, dim=config.dim, init_std=config.init_std)
+        return PrivateItems(n_items=n_items, dim=config.dim, init_std=config.init_std, rank_bias=config.rank_bias)

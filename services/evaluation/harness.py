@@ -103,8 +103,11 @@ def alone(data: PartyData) -> PartyData:
 
 
 def train_rounds(run_round: Callable[[int], RoundMetrics], *, config: TrainConfig, protocol: str,
-                 on_round: RoundCallback | None = None) -> RunResult:
-    """Call `run_round` until `config.rounds` or `config.patience` rounds without a better validation RMSE."""
+                 on_round: RoundCallback | None = None, on_best: Callable[[int], None] | None = None) -> RunResult:
+    """Call `run_round` until `config.rounds` or `config.patience` rounds without a better validation RMSE.
+
+    `on_best(t)` runs after each round t that improves the validation RMSE (to keep that round's model).
+    """
     best = RunResult(protocol, float("nan"), float("nan"), -1, 0)
     best_valid = float("inf")
     for t in range(config.rounds):
@@ -118,6 +121,8 @@ def train_rounds(run_round: Callable[[int], RoundMetrics], *, config: TrainConfi
             best.rmse, best.mae, best.best_round = m.rmse["test"], m.mae["test"], t
             best.per_party = {k: {"rmse": v["test_rmse"], "mae": v["test_mae"], "valid_rmse": v["valid_rmse"]}
                               for k, v in m.per_party.items()}
+            if on_best is not None:
+                on_best(t)
         elif t - best.best_round >= config.patience:
             break
     return best

@@ -76,6 +76,15 @@ def _labels(session: Session) -> dict[tuple[str, str], int]:
     return {(u, i): int(c) for u, i, c in zip(tree["users"].tolist(), tree["items"].tolist(), tree["codes"].tolist())}
 
 
+def test_items_by_user(*, session: Session) -> dict[str, set[str]]:
+    """user → items whose rating is labelled test (held out of training)."""
+    out: dict[str, set[str]] = {}
+    for (u, i), code in _labels(session).items():
+        if code == SPLIT_CODES["test"]:
+            out.setdefault(u, set()).add(i)
+    return out
+
+
 def all_user_ids(*, session: Session) -> list[str]:
     """External ids of every user this party knows."""
     return list(session.scalars(select(User.external_id).order_by(User.external_id)))

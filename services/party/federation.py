@@ -288,5 +288,7 @@ class FederationService:
                 user_bias=np.asarray(sm.get("user_bias", np.zeros(n)), np.float32).reshape(n),
                 item_bias=np.asarray(sm.get("item_bias", np.zeros(m)), np.float32).reshape(m),
                 global_bias=float(np.asarray(sm.get("global_bias", 0.0)).reshape(-1)[0]),
-                rating_min=self.rating_min, rating_max=self.rating_max)
+                rating_min=self.rating_min, rating_max=self.rating_max,
+                rank_bias=np.asarray(sm["rank_bias"], np.float32).reshape(m) if "rank_bias" in sm else None,
+                rating_dim=int(sm.get("rating_dim", 0)))
             return publish(session=session, model=model)

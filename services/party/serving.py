@@ -12,7 +12,9 @@ from sqlalchemy.orm import Session
 
 from services.db.party_tables import Interaction, Item, ModelArtifact, User
 from services.errors import Conflict, NotFound, ValidationFailed
+from services.party import fed_store
 from services.protocol.federation import pack_tree, unpack_tree
+from services.verfedgnn import scoring
 
 ARTIFACT_NAME = "serving_model"
 ARTIFACT_KIND = "serving_model"
@@ -33,22 +35,34 @@ class ServingModel:
     global_bias: float
     rating_min: float
     rating_max: float
+    rank_bias: np.ndarray | None = None  # float32 (M,): c_v of a model trained with the ranking objective
+    rating_dim: int = 0  # leading coordinates of h that the rating uses (0: all of them)
 
     def to_bytes(self) -> bytes:
         """Artifact bytes (npz, no pickle)."""
-        return pack_tree({k: getattr(self, k) for k in self.__dataclass_fields__})
+        return pack_tree({k: getattr(self, k) for k in self.__dataclass_fields__ if getattr(self, k) is not None})
 
     @staticmethod
     def from_bytes(data: bytes) -> ServingModel:
         """Parse artifact bytes."""
         tree: dict[str, Any] = unpack_tree(data)
+        if "rating_dim" in tree:
+            tree["rating_dim"] = int(tree["rating_dim"])
         return ServingModel(**tree)
 
     def scores(self, users: np.ndarray, items: np.ndarray) -> np.ndarray:
         """r̂ = μ + b_u + b_v + h_u·h_v for parallel index arrays, clipped to the rating range."""
+        d = self.rating_dim or self.h_u.shape[1]
         raw = (self.global_bias + self.user_bias[users] + self.item_bias[items]
-               + np.einsum("nd,nd->n", self.h_u[users], self.h_v[items]))
+               + np.einsum("nd,nd->n", self.h_u[users, :d], self.h_v[items, :d]))
         return np.clip(raw, self.rating_min, self.rating_max)
+
+    def rank_scores(self, user: int, items: np.ndarray) -> np.ndarray:
+        """The ranking score of one user against `items`, unclipped (no ties at the top of the scale)."""
+        return scoring.rank_scores(self.h_u[user][None, :], self.h_v[items],
+                                   rank_bias=None if self.rank_bias is None else self.rank_bias[items],
+                                   rating_dim=self.rating_dim, global_bias=self.global_bias,
+                                   user_bias=self.user_bias[[user]], item_bias=self.item_bias[items])[0]
 
 
 def publish(*, session: Session, model: ServingModel) -> int:
@@ -69,6 +83,7 @@ class _Loaded:
     user_index: dict[str, int]
     item_index: dict[str, int]
     popularity: np.ndarray  # rating counts per model item (for the cold-user fallback)
+    held_out: dict[str, set[str]]  # user → items labelled test: not "already had", so still candidates
 
 
 class ModelCache:
@@ -91,7 +106,8 @@ class ModelCache:
                 model = ServingModel.from_bytes(row.payload)
                 items = {str(x): i for i, x in enumerate(model.item_ids.tolist())}
                 self._loaded = _Loaded(version, model, {str(u): i for i, u in enumerate(model.user_ids.tolist())},
-                                       items, _popularity(session=session, item_index=items))
+                                       items, _popularity(session=session, item_index=items),
+                                       fed_store.test_items_by_user(session=session))
             return self._loaded
 
 
@@ -136,7 +152,10 @@ def predict(*, session: Session, cache: ModelCache, pairs: list[tuple[str, str]]
 
 
 def recommend(*, session: Session, cache: ModelCache, user_id: str, k: int) -> dict[str, Any]:
-    """Top-k of this party's items the user has not rated; cold users get the most popular items, flagged."""
+    """Top-k by ranking score of this party's items the user has not rated; cold users get the most popular, flagged.
+
+    Ratings labelled test (PUT /v1/evaluation-split) are held out of the model, so they stay candidates.
+    """
     if not 1 <= k <= 1000:
         raise ValidationFailed("k must be between 1 and 1000", extra={"field": "k"})
     loaded = cache.get(session=session)
@@ -144,11 +163,11 @@ def recommend(*, session: Session, cache: ModelCache, user_id: str, k: int) -> d
     if user is None:
         raise NotFound(f"user {user_id!r} is unknown to this party", extra={"field": "user_id"})
     rated = set(session.scalars(select(Item.external_id).join(Interaction, Interaction.item_id == Item.id)
-                                .where(Interaction.user_id == user.id)))
+                                .where(Interaction.user_id == user.id))) - loaded.held_out.get(user_id, set())
     mask = np.array([x not in rated for x in loaded.model.item_ids.tolist()], dtype=bool)
     candidates = np.flatnonzero(mask)
     if user_id in loaded.user_index:
-        scores = loaded.model.scores(np.full(len(candidates), loaded.user_index[user_id]), candidates)
+        scores = loaded.model.rank_scores(loaded.user_index[user_id], candidates).astype(np.float64)
         fallback = None
     else:
         scores = loaded.popularity[candidates].astype(np.float64)

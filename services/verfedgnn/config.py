@@ -46,6 +46,9 @@ class TrainConfig(BaseModel):
     projection_kind: Literal["gaussian", "sparse"] = "gaussian"
     nnz_per_column: int = Field(4, ge=1)
     alpha: float = Field(1.0, gt=0.0, le=1.0, description="participation rate")
+    rank_weight: float = Field(0.0, ge=0.0, description="weight of each party's in-party full softmax ranking loss "
+                               "(0: rating loss only); negatives are the party's own items outside a user's training set")
+    rank_dims: int = Field(0, ge=0, description="trailing embedding coordinates used only by the ranking score")
     use_projection: bool = True
     use_quantization: bool = True
     seed: int = Field(0, ge=0)
@@ -54,6 +57,8 @@ class TrainConfig(BaseModel):
     def _check(self) -> TrainConfig:
         if self.use_quantization and self.r < self.clip_bound:
             raise ValueError(f"r={self.r} must be >= clip_bound={self.clip_bound} (r >= ||g||_inf)")
+        if self.rank_dims >= self.dim:
+            raise ValueError(f"rank_dims={self.rank_dims} must leave rating coordinates (< dim={self.dim})")
         return self
 
     def privacy_record(self) -> dict[str, object]:
@@ -82,7 +87,8 @@ def model_config(config: TrainConfig) -> VerFedGNNConfig:
     """The architecture part of a training config."""
     return VerFedGNNConfig(kind=config.model, dim=config.dim, layers=config.layers, activation=config.activation,
                            use_bias=config.use_bias, gate_init=config.gate_init, init_std=config.init_std,
-                           rating_levels=config.rating_levels, transform=config.transform)
+                           rating_levels=config.rating_levels, transform=config.transform,
+                           rank_dims=config.rank_dims, rank_bias=config.rank_weight > 0)
 
 
 def shared_projection(config: TrainConfig, n_users: int) -> ProjectionSpec:

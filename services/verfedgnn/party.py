@@ -22,6 +22,8 @@ from models.vertical import (
     build_private,
     build_public,
     predict,
+    rank_scores,
+    softmax_rank_loss,
 )
 from services.crypto.projection import ProjectionSpec, project, projection_matrix, reconstruct
 from services.crypto.quantization import quantize_gradients
@@ -72,12 +74,26 @@ class PartyTrainer:
         counts = np.bincount(tr.users, minlength=data.n_users).astype(np.float32)
         self._user_counts = torch.from_numpy(counts)
         self._item_counts = torch.from_numpy(np.bincount(tr.items, minlength=data.n_items).astype(np.float32))
+        self._rank = self._rank_targets(tr) if config.rank_weight > 0 else None
         self._spec: ProjectionSpec | None = None
         self._phi: torch.Tensor | None = None
         self._phi_sparse: tuple[torch.Tensor, torch.Tensor] | None = None
         self._forward: PartyForward | None = None
         self._round: int | None = None
         self._last: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._last_private: dict[str, np.ndarray] = {}
+
+    def _rank_targets(self, tr: RatingTriples) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(users with a training rating, their (U, M) training mask, row and item of every positive).
+
+        Every training rating is a positive (its level goes to the rating loss); the mask keeps a
+        user's training items out of the negatives. All of it stays at this party.
+        """
+        users, rows = np.unique(tr.users, return_inverse=True)
+        seen = np.zeros((len(users), self.data.n_items), dtype=bool)
+        seen[rows, tr.items] = True
+        return (torch.from_numpy(users), torch.from_numpy(seen), torch.from_numpy(rows.astype(np.int64)),
+                torch.from_numpy(tr.items.astype(np.int64)))
 
     def _levels(self, ratings: np.ndarray) -> np.ndarray:
         """Rating level of each edge: the rating range cut into `rating_levels` equal steps."""
@@ -161,6 +177,9 @@ class PartyTrainer:
         loss = self._loss(h_u, h_v)
         loss.backward()
         metrics = self._metrics(h_u.detach(), h_v.detach())
+        # the private biases of this forward (before the step), so a published model is the one scored
+        self._last_private = {k: v.detach().numpy().copy() for k, v in self.private.named_parameters()
+                              if k != "item_emb"}
         self.optimizer.step()
         self._last = (h_u.detach(), h_v.detach())
         grads = {name: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().numpy()
@@ -185,7 +204,15 @@ class PartyTrainer:
         if c.reg_bias > 0:
             loss = loss + c.reg_bias * ((self._user_counts * pub.user_bias.pow(2)).sum()
                                         + (self._item_counts * prv.item_bias.pow(2)).sum())
+        if self._rank is not None:
+            loss = loss + c.rank_weight * self._rank_loss(h_u, h_v)
         return loss
+
+    def _rank_loss(self, h_u: torch.Tensor, h_v: torch.Tensor) -> torch.Tensor:
+        """In-party full softmax over own items: no item id, score or count of this party leaves it."""
+        assert self._rank is not None
+        users, seen, rows, items = self._rank
+        return softmax_rank_loss(rank_scores(self.private, h_u.index_select(0, users), h_v), seen, rows, items)
 
     @torch.no_grad()
     def _metrics(self, h_u: torch.Tensor, h_v: torch.Tensor) -> dict[str, MetricSums]:
@@ -226,8 +253,10 @@ class PartyTrainer:
         if self._last is None:
             raise ProtocolError(f"party {self.party_id}: no completed round to serve")
         h_u, h_v = self._last
-        out = {"user_repr": h_u.numpy(), "item_repr": h_v.numpy(),
-               "item_bias": self.private.item_bias.detach().numpy().copy()}
+        out = {"user_repr": h_u.numpy(), "item_repr": h_v.numpy(), "item_bias": self._last_private["item_bias"],
+               "rating_dim": np.array(self.arch.rating_dim)}
+        if "rank_bias" in self._last_private:
+            out["rank_bias"] = self._last_private["rank_bias"]
         if self.arch.use_bias:
             out["user_bias"] = self.public.user_bias.detach().numpy().copy()
             out["global_bias"] = self.public.global_bias.detach().numpy().copy()

@@ -91,3 +91,30 @@ def test_newer_model_replaces_older(party: Party) -> None:
     with _serve(party) as c:
         rec = c.get("/v1/users/u1/recommendations").json()
     assert rec["model_version"] == 2
+
+
+def _ranking_model() -> ServingModel:
+    """D = 3 with one ranking-only coordinate (rating_dim 2) and a ranking bias c_v."""
+    base = _model()
+    h_u = np.array([[1.0, 0.0, 2.0], [0.0, 1.0, 0.0], [0.5, 0.5, 0.0]], np.float32)
+    h_v = np.array([[0.1, 0.1, 0.0], [0.2, 0.0, 0.0], [0.0, 0.3, 0.0], [0.9, 0.0, 5.0]], np.float32)
+    return ServingModel(**{**{k: getattr(base, k) for k in base.__dataclass_fields__}, "h_u": h_u, "h_v": h_v,
+                           "rank_bias": np.array([0.0, 0.0, 1.5, 0.0], np.float32), "rating_dim": 2})
+
+
+def test_ranking_score_serves_the_top_k_and_ratings_stay_on_the_scale(party: Party) -> None:
+    _load(party)
+    # u1's rating of i2 is held out as test: the model never saw it, so it stays a candidate
+    party.admin.put("/v1/evaluation-split", json={"rows": [{"user_id": "u1", "item_id": "i2", "split": "test"}]}
+                    ).raise_for_status()
+    model = _ranking_model()
+    assert ServingModel.from_bytes(model.to_bytes()).rating_dim == 2
+    with Session(party.engine) as session:
+        publish(session=session, model=model)
+    with _serve(party) as c:
+        rec = c.get("/v1/users/u1/recommendations", params={"k": 5}).json()
+        # s = h_u·h_v (all 3 coordinates) + c_v: i4 0.9 + 10 = 10.9 (unclipped), i3 1.5, i2 0.2; i1 rated in train
+        assert [it["item_id"] for it in rec["items"]] == ["i4", "i3", "i2"]
+        assert [round(it["score"], 4) for it in rec["items"]] == [10.9, 1.5, 0.2]
+        pred = c.post("/v1/predictions", json={"pairs": [{"user_id": "u1", "item_id": "i4"}]}).json()
+        assert abs(pred["predictions"][0]["rating"] - 3.9) < 1e-5  # μ + b_v + the first 2 coordinates only

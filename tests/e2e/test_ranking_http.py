@@ -1,0 +1,81 @@
+"""The ranking objective over real HTTP: nothing per-item crosses, and the served top-K is the harness's list."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from cli.localfed import API_KEY
+from models.vertical import build_public
+from services.evaluation import ranking, topk
+from services.verfedgnn.config import TrainConfig, model_config
+from services.verfedgnn.reference import party_datas, run_reference
+from tests.e2e.test_federation_http import Recorder, _arrays
+from tests.support.federation import TINY_CONFIG, Federation, federation
+
+ROUNDS, SEED, K = 6, 3, 10
+CONFIG: dict[str, Any] = {**TINY_CONFIG, "rank_weight": 1.0, "rank_dims": 1}
+
+
+@pytest.fixture(scope="module")
+def done(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Federation, dict[str, Any], list[Any]]]:
+    """A completed run with the ranking objective, every federation body recorded."""
+    log: list[tuple[str, str, bytes, bytes]] = []
+    with federation(tmp_path_factory.mktemp("rank"), wrap=lambda pid, app: Recorder(pid, app, log)) as fed:
+        run = fed.client.create_run(rounds=ROUNDS, min_parties=3, seed=SEED, config=CONFIG)
+        status = fed.client.wait(run["run_id"], timeout=120)
+        assert status["state"] == "completed", status["detail"]
+        yield fed, status, log
+
+
+def test_no_body_carries_a_negative_item_id_or_an_item_count(
+    done: tuple[Federation, dict[str, Any], list[Any]],
+) -> None:
+    fed, status, log = done
+    datas = party_datas(fed.datasets)
+    n, d = status["n_users"], CONFIG["dim"]
+    q = round(CONFIG["q_ratio"] * n)
+    per_item = {x.n_items for x in datas.values()} | {len(x.train) for x in datas.values()}
+    assert not per_item & {n, q, d, 1, 2, 3}, "sizes must be distinguishable for this check to mean anything"
+    # the ranking objective adds no public parameter: uploads carry exactly the rating model's gradients
+    public = set(build_public(config=model_config(TrainConfig(**TINY_CONFIG)), n_users=n, seed=0).arrays())
+    seen_uploads = 0
+    for party, path, sent, answered in log:
+        for body in (sent, answered):
+            assert b"item-" not in body, f"an item id crossed at {path}"
+        names = _arrays(party, path, sent, answered)
+        for name, shape in names:
+            assert not set(shape) & per_item, f"{path}: array {name} {shape} has a per-item or per-rating axis"
+        if path.endswith("/finish") and "/rounds/" in path:
+            assert {name for name, _ in names} <= public
+            seen_uploads += 1
+    assert seen_uploads == ROUNDS * len(datas)
+
+
+def test_served_top_k_is_the_harness_list(done: tuple[Federation, dict[str, Any], list[Any]]) -> None:
+    fed, _, _ = done
+    ref = run_reference(parties=fed.datasets, config=TrainConfig(**CONFIG, seed=SEED, rounds=ROUNDS), rounds=ROUNDS)
+    datas = party_datas(fed.datasets)
+    view = topk.ranking_view(datas)
+    scores = {p: topk.party_scores(t.serving_model()) for p, t in ref.federation.parties.items()}
+    top = topk.merged_top(view, scores, K)
+    users = sorted(set.intersection(*[{str(u) for s in (ds.train, ds.valid, ds.test) if s is not None
+                                       for u in s.user_ids.tolist()} for ds in fed.datasets.values()]))
+    items = [(p, it) for p in view.party_ids
+             for it in sorted({str(i) for s in (fed.datasets[p].train, fed.datasets[p].valid, fed.datasets[p].test)
+                               if s is not None for i in s.item_ids.tolist()})]
+    served: dict[int, list[int]] = {}
+    col = {pair: c for c, pair in enumerate(items)}
+    for row, user in enumerate(users):
+        resp = fed.http.get(f"{fed.coordinator.url}/v1/users/{user}/recommendations", params={"k": K},
+                            headers={"X-API-Key": API_KEY})
+        assert resp.status_code == 200, resp.text
+        served[row] = [col[(it["party_id"], it["item_id"])] for it in resp.json()["items"]]
+        harness = [int(c) for c in top[row] if c >= 0]
+        assert served[row] == harness, user
+    assert len(served) == len(users) > 10
+    figures = ranking.evaluate_lists(served, view.relevant, n_items=len(items), train_counts=view.train_counts)
+    assert figures == ranking.evaluate_lists(ranking.lists_from_top(top, range(len(users))), view.relevant,
+                                             n_items=len(items), train_counts=view.train_counts)
