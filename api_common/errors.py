@@ -85,7 +85,8 @@ async def _request(_: Request, exc: Exception) -> JSONResponse:
 
 async def _http(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
-    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    code = {400: "bad_request", 404: "not_found", 405: "method_not_allowed",
+            413: "payload_too_large"}.get(exc.status_code, "http_error")
     return JSONResponse(
         {"code": code, "detail": str(exc.detail)}, exc.status_code, headers=exc.headers
     )

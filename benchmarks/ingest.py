@@ -26,7 +26,7 @@ import numpy as np
 
 from cli.localfed import free_port, wait_healthy
 
-ADMIN = "bench-admin-token"
+ADMIN = "bench-admin-token-0123456789abcdefghij"
 POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 BODY_CHUNK_ROWS = 10_000
 
@@ -66,7 +66,7 @@ def start_party(
         **os.environ,
         "PARTY_DATABASE_URL": database_url,
         "PARTY_ADMIN_TOKEN": ADMIN,
-        "PARTY_COORDINATOR_TOKEN": "bench-coordinator-token",
+        "PARTY_COORDINATOR_TOKEN": "bench-coordinator-token-0123456789abcdefghij",
         "PARTY_PORT": str(port),
         "PARTY_INGEST_BATCH_ROWS": str(batch_rows),
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -19,9 +20,11 @@ from cli.http import checked
 from services.data.types import Dataset, Ratings
 from services.errors import Conflict
 
-ADMIN = "local-admin-token"
-COORD_TOKEN = "local-coordinator-token"
-API_KEY = "local-api-key"
+# Fresh secrets per process: the services refuse short or public tokens outside dev mode, and the
+# processes of a local federation get them through their environment.
+ADMIN = secrets.token_urlsafe(32)
+COORD_TOKEN = secrets.token_urlsafe(32)
+API_KEY = secrets.token_urlsafe(32)
 INGEST_CHUNK = 50_000
 # One torch thread per service process: the parties already run in parallel, and on a small machine
 # oversubscribed OpenMP threads make sparse graph ops several times slower (see benchmarks/federation.py).

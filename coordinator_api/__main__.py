@@ -13,13 +13,14 @@ from services.db.session import upgrade
 
 def main(argv: list[str] | None = None) -> None:
     """Read settings from the environment (COORD_*), run migrations, start uvicorn."""
-    settings = CoordinatorSettings()
     parser = argparse.ArgumentParser(prog="python -m coordinator_api", description=__doc__)
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--host", help="bind address (default: COORD_HOST or 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port (default: COORD_PORT or 8000)")
     args = parser.parse_args(argv)
+    # --host goes through the settings so dev mode's loopback-only rule sees it.
+    settings = CoordinatorSettings(**({"host": args.host} if args.host else {}))  # type: ignore[arg-type]
     upgrade(settings.database_url, environment="coordinator")
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="warning")
+    uvicorn.run(create_app(settings), host=settings.host, port=args.port or settings.port, log_level="warning")
 
 
 if __name__ == "__main__":

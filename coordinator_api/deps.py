@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Annotated
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Annotated, Any
 
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials
 from sqlalchemy.orm import Session
+from starlette.datastructures import Headers
 
-from api_common.auth import admin_scheme, api_key_scheme, check_credential
+from api_common.auth import admin_scheme, api_key_scheme, bearer, check_credential
 from services.config import CoordinatorSettings
 from services.coordinator.runner import RunManager
 
@@ -35,18 +37,33 @@ SessionDep = Annotated[Session, Depends(get_session)]
 ManagerDep = Annotated[RunManager, Depends(get_manager)]
 
 
-def require_admin(
-    settings: SettingsDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(admin_scheme)],
-) -> None:
+def check_admin(settings: CoordinatorSettings, headers: Headers) -> None:
     """Admin token (`Authorization: Bearer ...`): registry and run routes."""
-    token = credentials.credentials if credentials else None
-    check_credential(token, [settings.admin_token], what="admin token", header="Authorization")
+    check_credential(bearer(headers), [settings.admin_token], what="admin token", header="Authorization")
 
 
-def require_api_key(settings: SettingsDep, key: Annotated[str | None, Security(api_key_scheme)]) -> None:
+def check_api_key(settings: CoordinatorSettings, headers: Headers) -> None:
     """Serving API key (`X-API-Key` header): recommendation routes."""
-    check_credential(key, settings.api_keys, what="API key", header="X-API-Key")
+    check_credential(headers.get("x-api-key"), settings.api_keys, what="API key", header="X-API-Key")
+
+
+# The Security(...) parameters declare the schemes in the OpenAPI document; the checks read the
+# headers, the same functions the request guard (api_common.guard) runs before the body is read.
+def require_admin(request: Request, settings: SettingsDep,
+                  _: Annotated[HTTPAuthorizationCredentials | None, Security(admin_scheme)]) -> None:
+    """Admin token (`Authorization: Bearer ...`): registry and run routes."""
+    check_admin(settings, request.headers)
+
+
+def require_api_key(request: Request, settings: SettingsDep,
+                    _: Annotated[str | None, Security(api_key_scheme)]) -> None:
+    """Serving API key (`X-API-Key` header): recommendation routes."""
+    check_api_key(settings, request.headers)
+
+
+def header_checks(settings: CoordinatorSettings) -> dict[Any, Callable[[Headers], None]]:
+    """The request guard's table: each credential dependency and its header check, bound to the settings."""
+    return {require_admin: partial(check_admin, settings), require_api_key: partial(check_api_key, settings)}
 
 
 AdminDep = Depends(require_admin)

@@ -17,10 +17,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", help="bind address (default: PARTY_HOST or 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (default: PARTY_PORT or 8001)")
     args = parser.parse_args(argv)
-    settings = PartySettings()
+    # --host goes through the settings so dev mode's loopback-only rule sees it.
+    settings = PartySettings(**({"host": args.host} if args.host else {}))  # type: ignore[arg-type]
     migrate(settings.database_url)
     app = create_app(settings)
-    uvicorn.run(app, host=args.host or settings.host, port=args.port or settings.port, log_level="info")
+    uvicorn.run(app, host=settings.host, port=args.port or settings.port, log_level="info")
 
 
 if __name__ == "__main__":

@@ -75,6 +75,13 @@ async def consume_in_thread(request: Request, work: Callable[[BinaryIO], T]) -> 
                 await _put(reader, chunk, job)
     except ClientDisconnect as exc:
         end = exc  # the worker sees the disconnect as a read error and rolls back
+    except BaseException as exc:  # e.g. the guard's 413 past the body limit: roll back, then answer it
+        await _put(reader, OSError("request body refused"), job)
+        try:
+            await job
+        except Exception:  # noqa: BLE001 - the worker's error is the consequence; the refusal is the answer
+            pass
+        raise exc
     await _put(reader, end, job)
     return await job
 

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterator
-from typing import Annotated
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Annotated, Any
 
 from fastapi import Depends, Header, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
+from starlette.datastructures import Headers
 
-from api_common.auth import admin_scheme, api_key_scheme, check_credential
+from api_common.auth import admin_scheme, api_key_scheme, bearer, check_credential
 from api_common.errors import ApiError
 from party_api.bodies import read_limited_body
 from services.config import PartySettings
@@ -81,41 +83,64 @@ async def read_social_body(request: Request, settings: SettingsDep) -> bytes:
 SocialBodyDep = Annotated[bytes, Depends(read_social_body)]
 
 
-def require_admin(
-    settings: SettingsDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(admin_scheme)],
-) -> None:
+def check_admin(settings: PartySettings, headers: Headers) -> None:
     """Admin token (`Authorization: Bearer ...`): ingestion and admin routes."""
-    token = credentials.credentials if credentials else None
-    check_credential(token, [settings.admin_token], what="admin token", header="Authorization")
+    check_credential(bearer(headers), [settings.admin_token], what="admin token", header="Authorization")
 
 
-def require_coordinator(
-    settings: SettingsDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(coordinator_scheme)],
-) -> None:
+def check_coordinator(settings: PartySettings, headers: Headers) -> None:
     """Coordinator credential (`Authorization: Bearer ...`): federation routes only."""
-    token = credentials.credentials if credentials else None
-    check_credential(token, [settings.coordinator_token], what="coordinator credential",
+    check_credential(bearer(headers), [settings.coordinator_token], what="coordinator credential",
                      header="Authorization")
 
 
-def require_api_key(
-    settings: SettingsDep, key: Annotated[str | None, Security(api_key_scheme)]
-) -> None:
+def check_api_key(settings: PartySettings, headers: Headers) -> None:
     """Serving API key (`X-API-Key` header): prediction and recommendation routes."""
-    check_credential(key, settings.api_keys, what="API key", header="X-API-Key")
+    check_credential(headers.get("x-api-key"), settings.api_keys, what="API key", header="X-API-Key")
+
+
+def check_serving_caller(settings: PartySettings, headers: Headers) -> None:
+    """An app's X-API-Key, or the coordinator's bearer credential (recommendation fan-out)."""
+    token = bearer(headers)
+    coordinator = (settings.coordinator_token or "").encode()
+    if token and not headers.get("x-api-key") and hmac.compare_digest(token.encode(), coordinator):
+        return
+    check_api_key(settings, headers)
+
+
+# The Security(...) parameters only declare the schemes in the OpenAPI document; the check reads the
+# headers itself, the same function the request guard (api_common.guard) runs before the body is read.
+def require_admin(request: Request, settings: SettingsDep,
+                  _: Annotated[HTTPAuthorizationCredentials | None, Security(admin_scheme)]) -> None:
+    """Admin token (`Authorization: Bearer ...`): ingestion and admin routes."""
+    check_admin(settings, request.headers)
+
+
+def require_coordinator(request: Request, settings: SettingsDep,
+                        _: Annotated[HTTPAuthorizationCredentials | None, Security(coordinator_scheme)]) -> None:
+    """Coordinator credential (`Authorization: Bearer ...`): federation routes only."""
+    check_coordinator(settings, request.headers)
+
+
+def require_api_key(request: Request, settings: SettingsDep,
+                    _: Annotated[str | None, Security(api_key_scheme)]) -> None:
+    """Serving API key (`X-API-Key` header): prediction and recommendation routes."""
+    check_api_key(settings, request.headers)
 
 
 def require_serving_caller(
-    settings: SettingsDep, key: Annotated[str | None, Security(api_key_scheme)],
-    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(coordinator_scheme)],
+    request: Request, settings: SettingsDep, _key: Annotated[str | None, Security(api_key_scheme)],
+    _bearer: Annotated[HTTPAuthorizationCredentials | None, Security(coordinator_scheme)],
 ) -> None:
     """An app's X-API-Key, or the coordinator's bearer credential (recommendation fan-out)."""
-    token = bearer.credentials if bearer else None
-    if token and not key and hmac.compare_digest(token.encode(), (settings.coordinator_token or "").encode()):
-        return
-    require_api_key(settings, key)
+    check_serving_caller(settings, request.headers)
+
+
+def header_checks(settings: PartySettings) -> dict[Any, Callable[[Headers], None]]:
+    """The request guard's table: each credential dependency and its header check, bound to the settings."""
+    pairs = [(require_admin, check_admin), (require_coordinator, check_coordinator),
+             (require_api_key, check_api_key), (require_serving_caller, check_serving_caller)]
+    return {dep: partial(check, settings) for dep, check in pairs}
 
 
 def require_protocol(x_fedrec_protocol: Annotated[str | None, Header()] = None) -> None:

@@ -9,7 +9,9 @@ from fastapi import FastAPI
 from sqlalchemy.orm import Session, sessionmaker
 
 from api_common.errors import install_error_handlers
+from api_common.guard import install_guard
 from api_common.openapi import operation_id
+from party_api.deps import header_checks
 from party_api.routes import ROUTERS
 from services.config import PartySettings
 from services.db.session import make_engine, make_sessionmaker
@@ -56,6 +58,8 @@ def create_app(settings: PartySettings) -> FastAPI:
     )
     app.state.settings = settings
     install_error_handlers(app)
+    install_guard(app, settings=settings, checks=header_checks(settings),
+                  extra_limits={"social": settings.social_max_body_bytes})
     for router in ROUTERS:
         app.include_router(router)
     return app

@@ -11,9 +11,56 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 DEV_ADMIN_TOKEN = "dev-admin-token"
 DEV_COORDINATOR_TOKEN = "dev-coordinator-token"
 DEV_API_KEY = "dev-api-key"
+MIN_SECRET_CHARS = 32
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+# Public values no deployment may run with: the dev tokens and the placeholders of .env.example.
+KNOWN_PLACEHOLDERS = frozenset({DEV_ADMIN_TOKEN, DEV_COORDINATOR_TOKEN, DEV_API_KEY, "change-me", "changeme"})
+PLACEHOLDER_PREFIX = "change-me"
 
 
-class PartySettings(BaseSettings):
+def _unsafe_secret(value: str) -> str | None:
+    """Why a secret must not be used outside dev mode, or None."""
+    if value in KNOWN_PLACEHOLDERS or value.lower().startswith(PLACEHOLDER_PREFIX):
+        return "is a public placeholder or dev token"
+    if len(value) < MIN_SECRET_CHARS:
+        return f"is shorter than {MIN_SECRET_CHARS} characters"
+    return None
+
+
+def check_secrets(prefix: str, secrets: dict[str, list[str]]) -> None:
+    """Refuse known placeholders and short secrets outside dev mode, naming the setting."""
+    for name, values in secrets.items():
+        for value in values:
+            reason = _unsafe_secret(value)
+            if reason:
+                raise ValueError(f"{prefix}{name.upper()} {reason}; generate one with "
+                                 "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`")
+
+
+def check_dev_host(prefix: str, dev_mode: bool, host: str) -> None:
+    """Dev mode runs with public tokens, so it may only listen on loopback."""
+    if dev_mode and host not in LOOPBACK_HOSTS:
+        raise ValueError(f"{prefix}DEV_MODE=1 with {prefix}HOST={host!r}: dev mode listens on loopback only")
+
+
+class GuardSettings(BaseSettings):
+    """Limits of the request guard (api_common.guard), shared by both services; 413 past a body limit."""
+
+    # Bodies of routes without one (GET, DELETE, step calls) and of routes with small JSON bodies.
+    none_max_body_bytes: int = Field(64 << 10, ge=0)
+    small_max_body_bytes: int = Field(64 << 10, ge=1)
+    # JSON batches (interactions, items, evaluation split, predictions).
+    json_max_body_bytes: int = Field(32 << 20, ge=1)
+    # Streamed CSV/NDJSON uploads (never held in memory, so the limit is about disk and time).
+    bulk_max_body_bytes: int = Field(8 << 30, ge=1)
+    # Binary federation bodies (PSI points, public parameters, projection sums).
+    federation_max_body_bytes: int = Field(256 << 20, ge=1)
+    # Failed authentications per client address within the window before answers turn 429.
+    auth_failure_limit: int = Field(100, ge=1)
+    auth_failure_window_s: float = Field(60.0, gt=0)
+
+
+class PartySettings(GuardSettings):
     """Configuration of one party service."""
 
     model_config = SettingsConfigDict(env_prefix="PARTY_", extra="forbid")
@@ -57,12 +104,17 @@ class PartySettings(BaseSettings):
         secrets = [self.admin_token, self.coordinator_token, *self.api_keys]
         if len(set(secrets)) != len(secrets):
             raise ValueError("admin token, coordinator token and API keys must all differ")
+        if not self.dev_mode:
+            check_secrets("PARTY_", {"admin_token": [self.admin_token or ""],
+                                     "coordinator_token": [self.coordinator_token or ""],
+                                     "api_keys": self.api_keys})
+        check_dev_host("PARTY_", self.dev_mode, self.host)
         if self.rating_min >= self.rating_max:
             raise ValueError("rating_min must be below rating_max")
         return self
 
 
-class CoordinatorSettings(BaseSettings):
+class CoordinatorSettings(GuardSettings):
     """Configuration of the coordinator service."""
 
     model_config = SettingsConfigDict(env_prefix="COORD_", extra="forbid")
@@ -72,6 +124,8 @@ class CoordinatorSettings(BaseSettings):
     dev_mode: bool = False
     admin_token: str | None = None
     api_keys: list[str] = Field(default_factory=list)
+    host: str = "127.0.0.1"
+    port: int = 8000
     request_timeout_s: float = 120.0
     max_retries: int = 3
     retry_backoff_s: float = 0.2
@@ -86,4 +140,9 @@ class CoordinatorSettings(BaseSettings):
             self.api_keys = self.api_keys or [DEV_API_KEY]
         if not self.admin_token:
             raise ValueError("missing secret admin_token: set COORD_ADMIN_TOKEN or COORD_DEV_MODE=1")
+        if self.admin_token in self.api_keys:
+            raise ValueError("COORD_API_KEYS holds COORD_ADMIN_TOKEN: a client key must not open admin routes")
+        if not self.dev_mode:
+            check_secrets("COORD_", {"admin_token": [self.admin_token], "api_keys": self.api_keys})
+        check_dev_host("COORD_", self.dev_mode, self.host)
         return self

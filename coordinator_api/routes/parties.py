@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from api_common.errors import error_responses
+from api_common.guard import body_class
 from coordinator_api.deps import AdminDep, SessionDep
 from coordinator_api.schemas import PartyCreate, PartyRead, PartyUpdate
 from services.coordinator import registry
@@ -23,7 +24,7 @@ def list_parties(session: SessionDep) -> list[PartyRead]:
     return [_read(p) for p in registry.list_parties(session=session)]
 
 
-@router.post("", response_model=PartyRead, status_code=201)
+@router.post("", response_model=PartyRead, status_code=201, openapi_extra=body_class("small"))
 def register_party(body: PartyCreate, session: SessionDep) -> PartyRead:
     """Register a party."""
     return _read(registry.register(session=session, **body.model_dump()))
@@ -35,7 +36,7 @@ def get_party(party_id: str, session: SessionDep) -> PartyRead:
     return _read(registry.get(session=session, party_id=party_id))
 
 
-@router.patch("/{party_id}", response_model=PartyRead)
+@router.patch("/{party_id}", response_model=PartyRead, openapi_extra=body_class("small"))
 def update_party(party_id: str, body: PartyUpdate, session: SessionDep) -> PartyRead:
     """Change a party's URL, credential, role or enabled flag."""
     return _read(registry.update(session=session, party_id=party_id, **body.model_dump(exclude_unset=True)))

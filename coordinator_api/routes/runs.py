@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from api_common.errors import error_responses
+from api_common.guard import body_class
 from coordinator_api.deps import AdminDep, ManagerDep, SessionDep
 from coordinator_api.schemas import RoundRead, TrainingRunCreate, TrainingRunRead
 from services.coordinator import runs
@@ -31,7 +32,7 @@ def _read(run: RunRow, rounds: list[RoundRow]) -> TrainingRunRead:
     )
 
 
-@router.post("", response_model=TrainingRunRead, status_code=202)
+@router.post("", response_model=TrainingRunRead, status_code=202, openapi_extra=body_class("small"))
 def create_run(body: TrainingRunCreate, session: SessionDep, manager: ManagerDep) -> TrainingRunRead:
     """Create a run and start it in the background (409 while another run is active)."""
     manager.validate_config(body.config)

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from api_common.errors import error_responses
+from api_common.guard import body_class
 from party_api.deps import AdminDep, CoordinatorDep, FedDep, ProtocolDep, SessionDep
 from party_api.schemas import (
     PsiFinishResponse,
@@ -28,6 +29,7 @@ from services.verfedgnn.messages import (
 )
 
 Attempt = Annotated[int, Query(ge=0, le=1_000_000)]
+FEDERATION, SMALL = body_class("federation"), body_class("small")  # body-size classes (413 past them)
 
 router = APIRouter(prefix="/v1/federation", tags=["federation"],
                    dependencies=[CoordinatorDep, ProtocolDep],
@@ -44,21 +46,21 @@ async def psi_start(run_id: str, fed: FedDep) -> Response:
     return _octets(await run_in_threadpool(fed.psi_start, run_id=run_id))
 
 
-@router.post("/runs/{run_id}/psi/reblind", response_class=Response)
+@router.post("/runs/{run_id}/psi/reblind", response_class=Response, openapi_extra=FEDERATION)
 async def psi_reblind(run_id: str, request: Request, fed: FedDep) -> Response:
     """Ring step of PSI: raise another party's points to this party's secret."""
     body = await request.body()
     return _octets(await run_in_threadpool(fed.psi_reblind, run_id=run_id, body=body))
 
 
-@router.post("/runs/{run_id}/psi/finish", response_model=PsiFinishResponse)
+@router.post("/runs/{run_id}/psi/finish", response_model=PsiFinishResponse, openapi_extra=FEDERATION)
 async def psi_finish(run_id: str, request: Request, fed: FedDep) -> PsiFinishResponse:
     """Last PSI step: map the intersection tokens to own users and store the alignment."""
     body = await request.body()
     return PsiFinishResponse(n_users=await run_in_threadpool(fed.psi_finish, run_id=run_id, body=body))
 
 
-@router.post("/runs/{run_id}/configure", response_model=ConfigureResponse)
+@router.post("/runs/{run_id}/configure", response_model=ConfigureResponse, openapi_extra=SMALL)
 def configure(run_id: str, body: ConfigureRequest, fed: FedDep) -> ConfigureResponse:
     """Open a run: engine config and seed; answers M_p and training-rating sums."""
     if body.run_id != run_id:
@@ -66,13 +68,14 @@ def configure(run_id: str, body: ConfigureRequest, fed: FedDep) -> ConfigureResp
     return fed.configure(request=body)
 
 
-@router.post("/runs/{run_id}/start", response_model=StartResponse)
+@router.post("/runs/{run_id}/start", response_model=StartResponse, openapi_extra=SMALL)
 def start(run_id: str, body: StartRequest, fed: FedDep) -> StartResponse:
     """Build (or restore) the trainer with the public totals."""
     return fed.start(run_id=run_id, request=body)
 
 
-@router.post("/runs/{run_id}/rounds/{round_index}/begin", response_model=AckResponse)
+@router.post("/runs/{run_id}/rounds/{round_index}/begin", response_model=AckResponse,
+             openapi_extra=FEDERATION)
 async def begin(run_id: str, round_index: int, attempt: Attempt, request: Request, fed: FedDep) -> AckResponse:
     """Public parameters down (npz); a repeated call is answered from the cache."""
     body = await request.body()
@@ -87,7 +90,8 @@ async def projection(run_id: str, round_index: int, layer: int, attempt: Attempt
                                            attempt=attempt, layer=layer))
 
 
-@router.post("/runs/{run_id}/rounds/{round_index}/layers/{layer}/others", response_model=AckResponse)
+@router.post("/runs/{run_id}/rounds/{round_index}/layers/{layer}/others", response_model=AckResponse,
+             openapi_extra=FEDERATION)
 async def others(run_id: str, round_index: int, layer: int, attempt: Attempt, request: Request,
                  fed: FedDep) -> AckResponse:
     """The relayed sum of the other parties' projections down (npy)."""
@@ -103,7 +107,7 @@ async def finish(run_id: str, round_index: int, attempt: Attempt, fed: FedDep) -
     return _octets(await run_in_threadpool(fed.finish, run_id=run_id, round_index=round_index, attempt=attempt))
 
 
-@router.post("/runs/{run_id}/publish", response_model=PublishResponse)
+@router.post("/runs/{run_id}/publish", response_model=PublishResponse, openapi_extra=SMALL)
 def publish(run_id: str, body: PublishRequest, fed: FedDep) -> PublishResponse:
     """Store the serving model of the run."""
     return PublishResponse(version=fed.publish(run_id=run_id, round_index=body.round_index))

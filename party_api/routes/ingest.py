@@ -7,6 +7,7 @@ from typing import Annotated, Any, BinaryIO
 from fastapi import APIRouter, Header, Request
 
 from api_common.errors import ApiError, error_responses
+from api_common.guard import body_class
 from party_api.bodies import consume_in_thread
 from party_api.deps import AdminDep, SessionDep, SessionFactoryDep, SettingsDep
 from party_api.schemas import (
@@ -27,7 +28,8 @@ BULK_BODY: dict[str, Any] = {
         "required": True,
         "description": "CSV with a header row, or NDJSON (one JSON object per line)",
         "content": {m: {"schema": {"type": "string", "format": "binary"}} for m in MEDIA_TYPES},
-    }
+    },
+    **body_class("bulk"),
 }
 
 

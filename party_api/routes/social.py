@@ -8,11 +8,13 @@ from fastapi import APIRouter, Query, Response
 from starlette.concurrency import run_in_threadpool
 
 from api_common.errors import error_responses
+from api_common.guard import body_class
 from party_api.deps import CoordinatorDep, SocialBodyDep, SocialDep
 from services.protocol.social import SOCIAL_MEDIA_TYPE, SocialSessionCreate, SocialSessionRead
 
 router = APIRouter(prefix="/v1/social", tags=["social"], dependencies=[CoordinatorDep],
                    responses=error_responses(401, 403, 404, 409, 413, 422))
+SOCIAL = body_class("social")  # encrypted chunks: PARTY_SOCIAL_MAX_BODY_BYTES
 
 
 @router.get("/budget", response_model=dict[str, Any])
@@ -30,7 +32,7 @@ def _read(sid: str, party: Any) -> SocialSessionRead:
                              privacy=party.privacy_record())
 
 
-@router.post("/sessions", response_model=SocialSessionRead, status_code=201)
+@router.post("/sessions", response_model=SocialSessionRead, status_code=201, openapi_extra=body_class("small"))
 def open_session(body: SocialSessionCreate, social: SocialDep) -> SocialSessionRead:
     """Open a session: L_sym over the aligned users, fresh frozen W_P2, DP noise calibrated to the plan.
 
@@ -46,7 +48,7 @@ def begin_epoch(session_id: str, social: SocialDep) -> dict[str, Any]:
     return social.begin_epoch(session_id=session_id)
 
 
-@router.put("/sessions/{session_id}/x", status_code=204, response_class=Response)
+@router.put("/sessions/{session_id}/x", status_code=204, response_class=Response, openapi_extra=SOCIAL)
 async def upload_x(session_id: str, social: SocialDep, body: SocialBodyDep,
                    offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0) -> Response:
     """Upload rows [offset, offset + rows) of [X] (EncryptedMatrix bytes)."""
@@ -54,19 +56,20 @@ async def upload_x(session_id: str, social: SocialDep, body: SocialBodyDep,
     return Response(status_code=204)
 
 
-@router.post("/sessions/{session_id}/forward", response_class=Response)
+@router.post("/sessions/{session_id}/forward", response_class=Response, openapi_extra=SOCIAL)
 async def forward(session_id: str, social: SocialDep, body: SocialBodyDep) -> Response:
     """Packed [(B L_sym) X W_P2 + Z] for the posted .npy user batch (409 once the budget is spent)."""
     return _octets(await run_in_threadpool(social.forward, session_id=session_id, body=body))
 
 
-@router.post("/sessions/{session_id}/backward", response_class=Response)
+@router.post("/sessions/{session_id}/backward", response_class=Response, openapi_extra=SOCIAL)
 async def backward(session_id: str, social: SocialDep, body: SocialBodyDep) -> Response:
     """Packed [(B L_sym B^T) G W_P2^T + Z'] for the framed (users, [G]) body."""
     return _octets(await run_in_threadpool(social.backward, session_id=session_id, body=body))
 
 
-@router.post("/sessions/{session_id}/x/updates", status_code=204, response_class=Response)
+@router.post("/sessions/{session_id}/x/updates", status_code=204, response_class=Response,
+             openapi_extra=SOCIAL)
 async def update_x(session_id: str, social: SocialDep, body: SocialBodyDep) -> Response:
     """[X_B] += [dX_B] for the framed (users, [dX]) body."""
     await run_in_threadpool(social.update, session_id=session_id, body=body)

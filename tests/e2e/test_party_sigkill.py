@@ -17,7 +17,7 @@ import pytest
 
 from cli.localfed import free_port, wait_healthy
 
-ADMIN = "kill-test-admin"
+ADMIN = "kill-test-admin-token-0123456789abcdef"
 HEADERS = {"Authorization": f"Bearer {ADMIN}", "Content-Type": "text/csv"}
 
 
@@ -30,7 +30,7 @@ def _start(
         **os.environ,
         "PARTY_DATABASE_URL": f"sqlite:///{db}",
         "PARTY_ADMIN_TOKEN": ADMIN,
-        "PARTY_COORDINATOR_TOKEN": "kill-test-coordinator",
+        "PARTY_COORDINATOR_TOKEN": "kill-test-coordinator-token-0123456789abcdef",
         "PARTY_PORT": str(port),
         "PARTY_INGEST_BATCH_ROWS": "5000",
         "PARTY_DEV_MODE": "false",

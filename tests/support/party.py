@@ -15,9 +15,9 @@ from services.config import PartySettings
 from services.db.session import make_engine, migrate
 from tests.support.servers import live_server
 
-ADMIN = "test-admin-token"
-COORDINATOR = "test-coordinator-token"
-API_KEY = "test-api-key"
+ADMIN = "test-admin-token-0123456789abcdefghij"
+COORDINATOR = "test-coordinator-token-0123456789abcdefghij"
+API_KEY = "test-api-key-0123456789abcdefghijklmn"
 
 
 @dataclass

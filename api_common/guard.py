@@ -1,0 +1,210 @@
+"""The request guard of both APIs: credential, throttle and body limit before any body byte is read.
+
+A pure ASGI layer, outermost but for Starlette's error middleware. For each request it finds the
+route the router would pick, runs the header check of the credential that route's dependencies
+require (the same function the dependency runs later), and refuses an oversized Content-Length;
+bodies without a length are counted while the app streams them. Nothing here buffers a body, so
+a 200 MB upload without a credential costs the service a few kilobytes of socket buffer.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from fastapi.routing import iter_route_contexts
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api_common.errors import ApiError
+
+HeaderCheck = Callable[[Headers], None]  # raises ApiError 401/403
+BODY_CLASS_KEY = "x-body-class"
+NO_BODY = "none"
+
+
+def body_class(name: str) -> dict[str, Any]:
+    """`openapi_extra=` entry naming a route's body-size class (its limit is a setting per class)."""
+    return {BODY_CLASS_KEY: name}
+
+
+class BodyTooLarge(StarletteHTTPException):
+    """Raised from `receive` once a streamed body passes its route's limit (answered 413)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"request body exceeds the limit of {limit} bytes for this route")
+
+
+class AuthThrottle:
+    """Failed authentications per client address in a sliding window; past the limit the address waits."""
+
+    MAX_ADDRESSES = 10_000  # bounded memory under a spray of source addresses
+
+    def __init__(self, *, limit: int, window_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limit, self.window_s, self.clock = limit, window_s, clock
+        self._failures: dict[str, deque[float]] = {}
+
+    def _recent(self, address: str) -> deque[float]:
+        now = self.clock()
+        failures = self._failures.get(address, deque())
+        while failures and failures[0] <= now - self.window_s:
+            failures.popleft()
+        return failures
+
+    def retry_after(self, address: str) -> int | None:
+        """Seconds the address must wait, or None when it may try."""
+        failures = self._recent(address)
+        if len(failures) < self.limit:
+            return None
+        return max(1, int(failures[0] + self.window_s - self.clock()) + 1)
+
+    def failed(self, address: str) -> None:
+        """Record one failed authentication."""
+        if len(self._failures) >= self.MAX_ADDRESSES and address not in self._failures:
+            self._failures = {a: f for a, f in self._failures.items() if self._recent(a)}
+            if len(self._failures) >= self.MAX_ADDRESSES:
+                self._failures.pop(next(iter(self._failures)))
+        failures = self._recent(address)
+        failures.append(self.clock())
+        self._failures[address] = failures
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+class _Policy:
+    """What the guard enforces for one route: header checks (all must pass) and a body limit."""
+
+    def __init__(self, checks: list[HeaderCheck], limit: int) -> None:
+        self.checks, self.limit = checks, limit
+
+
+def _dependency_calls(route: Any) -> list[Any]:
+    dependant = getattr(route, "dependant", None)
+    found, stack = [], list(dependant.dependencies if dependant is not None else [])
+    while stack:
+        dep = stack.pop()
+        found.append(dep.call)
+        stack.extend(dep.dependencies)
+    return found
+
+
+class RequestGuard:
+    """ASGI middleware: `checks` maps a credential dependency to its header check, `limits` body classes to bytes."""
+
+    def __init__(self, app: ASGIApp, *, checks: Mapping[Any, HeaderCheck], limits: Mapping[str, int],
+                 throttle: AuthThrottle) -> None:
+        self.app, self.checks, self.limits, self.throttle = app, checks, limits, throttle
+        self._table: list[tuple[Any, _Policy]] | None = None
+
+    def _routes(self, router: Any) -> list[tuple[Any, _Policy]]:
+        """Every route as the router will match it (included routers flattened), with its policy; built once."""
+        if self._table is None:
+            self._table = [(route, self._route_policy(route)) for route in iter_route_contexts(router.routes)]
+        return self._table
+
+    def _policy(self, scope: Scope) -> _Policy:
+        for route, policy in self._routes(scope["app"].router):
+            match, _ = route.matches(scope)
+            if match == Match.FULL:
+                return policy
+        return _Policy([], self.limits[NO_BODY])  # 404/405: nothing to check, nothing is read
+
+    def _route_policy(self, route: Any) -> _Policy:
+        checks = [self.checks[c] for c in _dependency_calls(route) if _hashable(c) and c in self.checks]
+        extra = getattr(route, "openapi_extra", None) or {}
+        name = extra.get(BODY_CLASS_KEY) or ("json" if getattr(route, "body_field", None) else NO_BODY)
+        return _Policy(checks, self.limits[name])
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        policy = self._policy(scope)
+        headers = Headers(scope=scope)
+        refusal = self._authenticate(policy, headers, scope) or _declared_too_large(headers, policy.limit)
+        if refusal is not None:
+            await _respond(send, refusal)
+            return
+        await self._forward(scope, receive, send, policy.limit)
+
+    def _authenticate(self, policy: _Policy, headers: Headers, scope: Scope) -> ApiError | None:
+        if not policy.checks:
+            return None
+        address = (scope.get("client") or ("unknown", 0))[0]
+        wait = self.throttle.retry_after(address)
+        if wait is not None:
+            return ApiError(429, "too_many_requests", f"too many failed authentications; retry in {wait} s",
+                            {"Retry-After": str(wait)})
+        try:
+            for check in policy.checks:
+                check(headers)
+        except ApiError as refusal:
+            self.throttle.failed(address)
+            return refusal
+        return None
+
+    async def _forward(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+        seen = 0
+        started = False
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise BodyTooLarge(limit)
+            return message
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted, tracked)
+        except BodyTooLarge as exc:  # raised where no handler answered it (e.g. a bare ASGI route)
+            if started:
+                raise
+            await _respond(send, ApiError(413, "payload_too_large", str(exc.detail)))
+
+
+def _declared_too_large(headers: Headers, limit: int) -> ApiError | None:
+    declared = headers.get("content-length")
+    if declared is None:
+        return None
+    if not declared.isdigit():
+        return ApiError(400, "bad_request", "Content-Length is not a number")
+    if int(declared) > limit:
+        return ApiError(413, "payload_too_large", f"request body exceeds the limit of {limit} bytes for this route")
+    return None
+
+
+async def _respond(send: Send, error: ApiError) -> None:
+    """Answer in the error dialect and close: the unread body is never consumed."""
+    body = json.dumps({"code": error.code, "detail": error.detail}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               (b"connection", b"close")]
+    headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (error.headers or {}).items()]
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def install_guard(app: Any, *, settings: Any, checks: Mapping[Any, HeaderCheck],
+                  extra_limits: Mapping[str, int] | None = None) -> None:
+    """Add the guard to an app with the body-limit classes and throttle of its settings (GuardSettings)."""
+    limits = {name: getattr(settings, f"{name}_max_body_bytes")
+              for name in (NO_BODY, "small", "json", "bulk", "federation")}
+    throttle = AuthThrottle(limit=settings.auth_failure_limit, window_s=settings.auth_failure_window_s)
+    app.add_middleware(RequestGuard, checks=checks, limits={**limits, **(extra_limits or {})}, throttle=throttle)
