@@ -67,12 +67,19 @@ def get_social(request: Request) -> SocialService:
     return social
 
 
+def get_social_or_none(request: Request) -> SocialService | None:
+    """The social service, or None on a ratings party."""
+    social: SocialService | None = request.app.state.social
+    return social
+
+
 SettingsDep = Annotated[PartySettings, Depends(get_settings)]
 SessionDep = Annotated[Session, Depends(get_session)]
 SessionFactoryDep = Annotated[sessionmaker[Session], Depends(get_sessionmaker)]
 FedDep = Annotated[FederationService, Depends(get_federation)]
 CacheDep = Annotated[ModelCache, Depends(get_model_cache)]
 SocialDep = Annotated[SocialService, Depends(get_social)]
+SocialOrNoneDep = Annotated[SocialService | None, Depends(get_social_or_none)]
 
 
 async def read_social_body(request: Request, settings: SettingsDep) -> bytes:

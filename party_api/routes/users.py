@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from api_common.errors import error_responses
-from party_api.deps import AdminDep, SessionDep
+from party_api.deps import AdminDep, CacheDep, FedDep, SessionDep, SocialOrNoneDep
 from party_api.schemas import ErasureRead, UserRead
-from services.party import catalog
+from services.party import catalog, erasure
 
 router = APIRouter(prefix="/v1/users", tags=["users"], dependencies=[AdminDep])
 ERRORS = error_responses(401, 403, 404)
@@ -20,6 +20,7 @@ def get_user(external_id: str, session: SessionDep) -> catalog.UserRecord:
 
 
 @router.delete("/{external_id}", response_model=ErasureRead, responses=ERRORS)
-def erase_user(external_id: str, session: SessionDep) -> catalog.Erasure:
-    """Delete the user's interactions, social links and user row (right to erasure)."""
-    return catalog.erase_user(session=session, external_id=external_id)
+def erase_user(external_id: str, session: SessionDep, fed: FedDep, cache: CacheDep,
+               social: SocialOrNoneDep) -> erasure.Erasure:
+    """Right to erasure: remove the user from every table, the serving model, alignments and the evaluation split."""
+    return erasure.erase_user(session=session, external_id=external_id, federation=fed, cache=cache, social=social)

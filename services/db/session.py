@@ -14,11 +14,12 @@ SQLITE_BUSY_TIMEOUT_MS = 60_000
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    """WAL + synchronous=NORMAL: a committed transaction survives a process kill (not power loss)."""
+    """WAL + synchronous=NORMAL (a committed transaction survives a process kill, not power loss), secure_delete."""
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA secure_delete=ON")  # deleted rows (an erased user) are overwritten, not left in free pages
     cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cursor.close()
 

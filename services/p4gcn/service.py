@@ -47,6 +47,7 @@ class SocialService:
         self.budget = budget
         self._parties: dict[str, tuple[SocialParty, PaillierPublicKey, threading.Lock]] = {}
         self._lock = threading.Lock()
+        self._users: dict[str, frozenset[str]] = {}  # aligned users of each session (erasure closes theirs)
 
     def open(self, *, request: SocialSessionCreate) -> tuple[str, SocialParty]:
         """Build L_sym over the given aligned users and a fresh W_P2; returns (session id, party)."""
@@ -74,7 +75,9 @@ class SocialService:
             if len(self._parties) >= MAX_SESSIONS:
                 oldest = next(iter(self._parties))
                 self._close(self._parties.pop(oldest)[0])
+                self._users.pop(oldest, None)
             self._parties[sid] = (party, public_key, threading.Lock())
+            self._users[sid] = frozenset(request.user_ids)
         return sid, party
 
     @staticmethod
@@ -145,9 +148,19 @@ class SocialService:
         with lock:
             return party.privacy_record()
 
+    def forget(self, external_id: str) -> None:
+        """After an erasure: close the sessions whose graph was built over the user."""
+        with self._lock:
+            for sid in [sid for sid, users in self._users.items() if external_id in users]:
+                found = self._parties.pop(sid, None)
+                self._users.pop(sid, None)
+                if found is not None:
+                    self._close(found[0])
+
     def close_all(self) -> None:
         """Stop every session's worker processes."""
         with self._lock:
             for party, _, _ in self._parties.values():
                 self._close(party)
             self._parties.clear()
+            self._users.clear()

@@ -1,4 +1,4 @@
-"""Read side and erasure of a party's data: counts, summary, per-user view, right to erasure."""
+"""Read side of a party's data: counts, summary, per-user view; item upserts (erasure: services.party.erasure)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import delete, func, or_, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -43,15 +43,6 @@ class UserRecord:
     external_id: str
     interactions: int
     social_links: int
-
-
-@dataclass(frozen=True)
-class Erasure:
-    """What an erasure removed."""
-
-    external_id: str
-    interactions_deleted: int
-    social_links_deleted: int
 
 
 def counts(*, session: Session) -> Counts:
@@ -98,20 +89,6 @@ def get_user(*, session: Session, external_id: str) -> UserRecord:
     n_inter = session.scalar(select(func.count()).where(Interaction.user_id == user.id)) or 0
     n_links = session.scalar(select(func.count()).where(_links_of(user.id))) or 0
     return UserRecord(external_id, int(n_inter), int(n_links))
-
-
-def erase_user(*, session: Session, external_id: str) -> Erasure:
-    """Right to erasure: delete a user's interactions, social links and user row, atomically."""
-    try:
-        user = _user(session, external_id)
-        inter = session.execute(delete(Interaction).where(Interaction.user_id == user.id))
-        links = session.execute(delete(SocialLink).where(_links_of(user.id)))
-        session.execute(delete(User).where(User.id == user.id))
-        session.commit()
-    except BaseException:
-        session.rollback()
-        raise
-    return Erasure(external_id, int(inter.rowcount or 0), int(links.rowcount or 0))  # type: ignore[attr-defined]
 
 
 def upsert_items(*, session: Session, items: Sequence[dict[str, Any]]) -> int:

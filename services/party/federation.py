@@ -63,6 +63,14 @@ class FederationService:
         self._psi: dict[str, PsiParty] = {}
         self._runs: dict[str, _Run] = {}
 
+    def forget(self, *, runs: list[str]) -> None:
+        """After an erasure: abandon PSI in progress (it holds the user list) and drop the given runs from
+        memory, so their next call rebuilds them from the rewritten alignment and the remaining ratings."""
+        with self._lock:
+            self._psi.clear()
+            for run_id in runs:
+                self._runs.pop(run_id, None)
+
     # ---- PSI -------------------------------------------------------------------------------
     def psi_start(self, *, run_id: str) -> bytes:
         """Draw a PSI secret for the run and return this party's singly-blinded user list."""

@@ -93,6 +93,11 @@ class ModelCache:
         self._lock = threading.Lock()
         self._loaded: _Loaded | None = None
 
+    def clear(self) -> None:
+        """Forget the loaded model (an erasure rewrote it in place)."""
+        with self._lock:
+            self._loaded = None
+
     def get(self, *, session: Session) -> _Loaded:
         """The latest model; 409 when none has been published yet."""
         version = session.scalar(select(func.max(ModelArtifact.version)).where(ModelArtifact.name == ARTIFACT_NAME))

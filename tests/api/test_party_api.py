@@ -103,7 +103,8 @@ def test_user_view_and_erasure(party: Party) -> None:
         "social_links": 1,
     }
     r = party.admin.delete("/v1/users/ann")
-    assert r.json() == {"external_id": "ann", "interactions_deleted": 1, "social_links_deleted": 1}
+    assert r.json() == {"external_id": "ann", "interactions_deleted": 1, "social_links_deleted": 1,
+                        "artifacts_rewritten": [], "runs_reset": []}
     assert party.admin.get("/v1/users/ann").status_code == 404
     before = snapshot(party.engine)
     r = party.admin.delete("/v1/users/ann")

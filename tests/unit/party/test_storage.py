@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from services.db.party_tables import Interaction, Item, User
 from services.db.session import make_engine, migrate, pending_migration
 from services.errors import NotFound, ValidationFailed
-from services.party import catalog
+from services.party import catalog, erasure
 from services.party.ingest import ingest_records, ingest_stream
 from tests.support.databases import snapshot
 from tests.support.layout import ROOT
@@ -216,14 +216,14 @@ def test_social_links_and_erasure(sessions: Sessions, engine: Engine) -> None:
         assert catalog.get_user(session=session, external_id="alice") == catalog.UserRecord(
             "alice", 2, 2
         )
-        gone = catalog.erase_user(session=session, external_id="alice")
-    assert gone == catalog.Erasure("alice", 2, 2)
+        gone = erasure.erase_user(session=session, external_id="alice")
+    assert gone == erasure.Erasure("alice", 2, 2)
     after = snapshot(engine)
     assert ratings(engine) == {("bob", "i1"): (2.0, None)}
     assert len(after["social_links"]) == 1 and len(after["items"]) == 2
     assert "alice" not in {row[1] for row in after["users"]}
     with sessions() as session, pytest.raises(NotFound):
-        catalog.erase_user(session=session, external_id="alice")
+        erasure.erase_user(session=session, external_id="alice")
 
 
 def test_summary_histogram_and_items_metadata(sessions: Sessions) -> None:

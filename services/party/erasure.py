@@ -1,0 +1,127 @@
+"""Right to erasure: one function removes a user from every table and every stored artifact of a party.
+
+What a party keeps about a user, and what erasure does with it:
+- tables: the user row, their interactions and social links are deleted;
+- the serving model (every stored version): the user's row of h_u and user_bias and their id are cut
+  out, so predictions and recommendations answer 404;
+- alignments of runs (`alignment:<run>`): the id is replaced by the empty tombstone "" (never a valid
+  id), which keeps the shared row order of the other parties and matches no rating, so the next round
+  of the run trains without the user; the in-memory run is dropped and rebuilt from the database;
+- the evaluation split: the user's held-out (user, item) labels are removed;
+- trainer checkpoints hold only this party's private item parameters and optimiser state (no user
+  ids, no user rows), so they are kept: what the user's ratings already taught the item parameters,
+  like what other parties aggregated, cannot be taken back (docs/privacy.md, section 8);
+- in memory: a PSI in progress (it holds the user list) is abandoned, the serving cache is cleared,
+  social sessions over the user are closed;
+- on SQLite, secure_delete overwrites freed pages and the WAL is checkpointed and truncated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from sqlalchemy import delete, or_, select, text
+from sqlalchemy.orm import Session
+
+from services.db.party_tables import Interaction, ModelArtifact, SocialLink, User
+from services.errors import NotFound
+from services.protocol.federation import pack_tree, unpack_tree
+
+if TYPE_CHECKING:
+    from services.p4gcn.service import SocialService
+    from services.party.federation import FederationService
+    from services.party.serving import ModelCache
+
+TOMBSTONE = ""  # replaces an erased id in a run's alignment; ids are never empty
+PER_USER = ("user_ids", "h_u", "user_bias")  # the serving model's arrays with one row per aligned user
+
+
+@dataclass(frozen=True)
+class Erasure:
+    """What an erasure removed."""
+
+    external_id: str
+    interactions_deleted: int
+    social_links_deleted: int
+    artifacts_rewritten: list[str] = field(default_factory=list)  # "name@version" of each rewritten artifact
+    runs_reset: list[str] = field(default_factory=list)  # runs whose alignment held the user
+
+
+def _serving(tree: dict[str, Any], external_id: str) -> dict[str, Any] | None:
+    """The serving model without the user's id, h_u row and user bias (None when absent)."""
+    ids = tree["user_ids"]
+    keep = ids != external_id
+    if keep.all():
+        return None
+    return {k: (v[keep] if k in PER_USER else v) for k, v in tree.items()}
+
+
+def _alignment(tree: dict[str, Any], external_id: str) -> dict[str, Any] | None:
+    ids = tree["user_ids"]
+    if not (ids == external_id).any():
+        return None
+    return {**tree, "user_ids": np.where(ids == external_id, TOMBSTONE, ids).astype(str)}
+
+
+def _split(tree: dict[str, Any], external_id: str) -> dict[str, Any] | None:
+    keep = tree["users"] != external_id
+    if keep.all():
+        return None
+    return {k: v[keep] for k, v in tree.items()}
+
+
+REWRITERS: dict[str, Callable[[dict[str, Any], str], dict[str, Any] | None]] = {
+    "serving_model": _serving, "alignment": _alignment, "evaluation_split": _split}
+
+
+def _rewrite_artifacts(session: Session, external_id: str) -> tuple[list[str], list[str]]:
+    rewritten, runs = [], []
+    for row in session.scalars(select(ModelArtifact).where(ModelArtifact.kind.in_(REWRITERS))):
+        if row.payload is None:
+            continue
+        tree = REWRITERS[row.kind](unpack_tree(row.payload), external_id)
+        if tree is None:
+            continue
+        row.payload = pack_tree(tree)
+        rewritten.append(f"{row.name}@{row.version}")
+        if row.kind == "alignment":
+            runs.append(row.name.removeprefix("alignment:"))
+    return rewritten, runs
+
+
+def erase_user(*, session: Session, external_id: str, federation: FederationService | None = None,
+               cache: ModelCache | None = None, social: SocialService | None = None) -> Erasure:
+    """Remove a user from every table and stored artifact, atomically, then from the services' memory."""
+    try:
+        user = session.scalar(select(User).where(User.external_id == external_id))
+        if user is None:
+            raise NotFound(f"unknown user {external_id!r}", extra={"field": "external_id"})
+        inter = session.execute(delete(Interaction).where(Interaction.user_id == user.id))
+        links = session.execute(delete(SocialLink).where(
+            or_(SocialLink.src_user_id == user.id, SocialLink.dst_user_id == user.id)))
+        session.execute(delete(User).where(User.id == user.id))
+        rewritten, runs = _rewrite_artifacts(session, external_id)
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    report = Erasure(external_id, int(inter.rowcount or 0), int(links.rowcount or 0),  # type: ignore[attr-defined]
+                     rewritten, runs)
+    if federation is not None:
+        federation.forget(runs=runs)
+    if cache is not None:
+        cache.clear()
+    if social is not None:
+        social.forget(external_id)
+    _checkpoint(session)
+    return report
+
+
+def _checkpoint(session: Session) -> None:
+    """SQLite: move the WAL into the database file (whose freed pages secure_delete zeroed) and truncate it."""
+    if session.get_bind().dialect.name == "sqlite":
+        session.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
+        session.commit()
