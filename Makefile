@@ -4,7 +4,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP_FLAGS ?= -q
 
-.PHONY: venv demo test bench-ingest bench-accuracy bench-federation bench-sandwich bench-scale openapi clean
+# System tools the tests and benchmarks drive (Debian packages): wrk (benchmarks/serving.py), Chromium and
+# its driver (the dashboard's browser test). Installed with apt-get when missing (CI runs as root).
+SYSTEM_TOOLS := wrk:wrk chromium:chromium chromedriver:chromium-driver
+
+.PHONY: venv system-deps demo test bench-serving bench-ingest bench-accuracy bench-federation bench-sandwich bench-scale openapi clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,10 +20,18 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
+system-deps:
+	@missing=""; for pair in $(SYSTEM_TOOLS); do command -v $${pair%%:*} >/dev/null || missing="$$missing $${pair#*:}"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq$$missing; \
+	  else echo "missing system packages:$$missing (apt-get install them as root)" >&2; fi; \
+	fi
+
 demo: venv
 	$(VENV)/bin/fedrec demo $(DEMO_ARGS)
 
-test: venv
+test: venv system-deps
 	$(PY) -m mypy services models api_common party_api coordinator_api cli
 	$(PY) -m pytest -q
 
@@ -34,6 +46,9 @@ bench-federation: venv
 
 bench-sandwich: venv
 	$(PY) benchmarks/sandwich.py --data ../shared/data/filmtrust
+
+bench-serving: venv system-deps
+	$(PY) benchmarks/serving.py
 
 bench-scale: venv
 	$(PY) benchmarks/scale.py

@@ -1,4 +1,8 @@
-"""Dependencies: settings, sessions, the services the lifespan built, the three credentials, bodies."""
+"""Dependencies: settings, sessions, the services the lifespan built, the three credentials, bodies.
+
+The small ones are `async def` on purpose: FastAPI runs a plain `def` dependency in the threadpool,
+one thread hop each, which is most of the cost of a serving request.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from services.config import PartySettings
 from services.errors import ProtocolError
 from services.p4gcn.service import SocialService
 from services.party.federation import FederationService
-from services.party.serving import ModelCache
+from services.party.serving_cache import ModelCache
 from services.protocol import PROTOCOL_VERSION
 
 coordinator_scheme = HTTPBearer(
@@ -27,13 +31,13 @@ coordinator_scheme = HTTPBearer(
 )
 
 
-def get_settings(request: Request) -> PartySettings:
+async def get_settings(request: Request) -> PartySettings:
     """The settings the app was built with."""
     settings: PartySettings = request.app.state.settings
     return settings
 
 
-def get_sessionmaker(request: Request) -> sessionmaker[Session]:
+async def get_sessionmaker(request: Request) -> sessionmaker[Session]:
     """The app's session factory (for handlers that open sessions in worker threads)."""
     factory: sessionmaker[Session] = request.app.state.sessionmaker
     return factory
@@ -47,19 +51,19 @@ def get_session(
         yield session
 
 
-def get_federation(request: Request) -> FederationService:
+async def get_federation(request: Request) -> FederationService:
     """The federation service the lifespan built."""
     federation: FederationService = request.app.state.federation
     return federation
 
 
-def get_model_cache(request: Request) -> ModelCache:
+async def get_model_cache(request: Request) -> ModelCache:
     """The serving-model cache the lifespan built."""
     cache: ModelCache = request.app.state.model_cache
     return cache
 
 
-def get_social(request: Request) -> SocialService:
+async def get_social(request: Request) -> SocialService:
     """The social service the lifespan built; 404 unless this party holds the social graph."""
     social: SocialService | None = request.app.state.social
     if social is None:
@@ -67,7 +71,7 @@ def get_social(request: Request) -> SocialService:
     return social
 
 
-def get_social_or_none(request: Request) -> SocialService | None:
+async def get_social_or_none(request: Request) -> SocialService | None:
     """The social service, or None on a ratings party."""
     social: SocialService | None = request.app.state.social
     return social
@@ -117,25 +121,25 @@ def check_serving_caller(settings: PartySettings, headers: Headers) -> None:
 
 # The Security(...) parameters only declare the schemes in the OpenAPI document; the check reads the
 # headers itself, the same function the request guard (api_common.guard) runs before the body is read.
-def require_admin(request: Request, settings: SettingsDep,
+async def require_admin(request: Request, settings: SettingsDep,
                   _: Annotated[HTTPAuthorizationCredentials | None, Security(admin_scheme)]) -> None:
     """Admin token (`Authorization: Bearer ...`): ingestion and admin routes."""
     check_admin(settings, request.headers)
 
 
-def require_coordinator(request: Request, settings: SettingsDep,
+async def require_coordinator(request: Request, settings: SettingsDep,
                         _: Annotated[HTTPAuthorizationCredentials | None, Security(coordinator_scheme)]) -> None:
     """Coordinator credential (`Authorization: Bearer ...`): federation routes only."""
     check_coordinator(settings, request.headers)
 
 
-def require_api_key(request: Request, settings: SettingsDep,
+async def require_api_key(request: Request, settings: SettingsDep,
                     _: Annotated[str | None, Security(api_key_scheme)]) -> None:
     """Serving API key (`X-API-Key` header): prediction and recommendation routes."""
     check_api_key(settings, request.headers)
 
 
-def require_serving_caller(
+async def require_serving_caller(
     request: Request, settings: SettingsDep, _key: Annotated[str | None, Security(api_key_scheme)],
     _bearer: Annotated[HTTPAuthorizationCredentials | None, Security(coordinator_scheme)],
 ) -> None:
@@ -150,7 +154,7 @@ def header_checks(settings: PartySettings) -> dict[Any, Callable[[Headers], None
     return {dep: partial(check, settings) for dep, check in pairs}
 
 
-def require_protocol(x_fedrec_protocol: Annotated[str | None, Header()] = None) -> None:
+async def require_protocol(x_fedrec_protocol: Annotated[str | None, Header()] = None) -> None:
     """Refuse callers speaking another protocol version."""
     if x_fedrec_protocol != PROTOCOL_VERSION:
         raise ProtocolError(f"protocol version {x_fedrec_protocol!r} is not supported (this party speaks "

@@ -18,7 +18,7 @@ from services.db.session import make_engine, make_sessionmaker
 from services.p4gcn.ledger import SocialBudget
 from services.p4gcn.service import SocialService
 from services.party.federation import FederationService
-from services.party.serving import ModelCache
+from services.party.serving_cache import ModelCache
 
 
 def social_service(settings: PartySettings, sessions: sessionmaker[Session]) -> SocialService | None:
@@ -40,11 +40,13 @@ def create_app(settings: PartySettings) -> FastAPI:
         app.state.engine, app.state.sessionmaker = engine, sessions
         app.state.federation = FederationService(sessions=sessions, party_id=settings.party_id,
                                                  rating_min=settings.rating_min, rating_max=settings.rating_max)
-        app.state.model_cache = ModelCache()
+        app.state.model_cache = cache = ModelCache(sessions=sessions, refresh_s=settings.serving_refresh_s)
+        cache.start()
         app.state.social = social = social_service(settings, sessions)
         try:
             yield
         finally:
+            cache.stop()
             if social is not None:
                 social.close_all()  # stops the sessions' Paillier worker processes
             engine.dispose()

@@ -79,6 +79,11 @@ class PartySettings(GuardSettings):
     ingest_batch_rows: int = 50_000
     host: str = "127.0.0.1"
     port: int = 8001
+    # uvicorn worker processes of `fedrec party serve` (each holds its own serving snapshot).
+    workers: int = Field(1, ge=1, le=64)
+    # How often each process checks whether serving must rebuild its snapshot (another process
+    # published, ingested or erased); the process that made the change sees it at once.
+    serving_refresh_s: float = Field(1.0, gt=0.0, le=3600.0)
     # Social role: lifetime (epsilon, delta) of the social graph over all sessions (basic composition).
     social_epsilon_total: float = Field(30.0, gt=0.0)
     social_delta_total: float = Field(1e-3, gt=0.0, lt=1.0)

@@ -9,7 +9,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api_common.errors import error_responses
 from api_common.guard import body_class
-from party_api.deps import AdminDep, CoordinatorDep, FedDep, ProtocolDep, SessionDep
+from party_api.deps import AdminDep, CacheDep, CoordinatorDep, FedDep, ProtocolDep, SessionDep
 from party_api.schemas import (
     PsiFinishResponse,
     PublishRequest,
@@ -108,9 +108,11 @@ async def finish(run_id: str, round_index: int, attempt: Attempt, fed: FedDep) -
 
 
 @router.post("/runs/{run_id}/publish", response_model=PublishResponse, openapi_extra=SMALL)
-def publish(run_id: str, body: PublishRequest, fed: FedDep) -> PublishResponse:
+def publish(run_id: str, body: PublishRequest, fed: FedDep, cache: CacheDep) -> PublishResponse:
     """Store the serving model of the run."""
-    return PublishResponse(version=fed.publish(run_id=run_id, round_index=body.round_index))
+    version = fed.publish(run_id=run_id, round_index=body.round_index)
+    cache.refresh()  # this process serves the new model from the answer on
+    return PublishResponse(version=version)
 
 
 admin_router = APIRouter(prefix="/v1/evaluation-split", tags=["evaluation"], dependencies=[AdminDep],

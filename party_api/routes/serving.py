@@ -1,19 +1,19 @@
-"""Serving API (X-API-Key, or the coordinator's credential for fan-out): predictions and top-K."""
+"""Serving API (X-API-Key, or the coordinator's credential for fan-out): predictions and top-K.
+
+Handlers are async and hand the numpy work to the serving cache's own small executor: the event
+loop never blocks on it, and a few scoring threads beat forty that fight over the GIL.
+Dicts are returned so FastAPI validates the answer once, against response_model.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
 from api_common.errors import error_responses
-from party_api.deps import CacheDep, ServingCallerDep, SessionDep
-from party_api.schemas import (
-    PredictionOut,
-    PredictionRequest,
-    PredictionResponse,
-    RecommendationResponse,
-)
+from party_api.deps import CacheDep, ServingCallerDep
+from party_api.schemas import PredictionRequest, PredictionResponse, RecommendationResponse
 from services.party import serving
 
 router = APIRouter(prefix="/v1", tags=["serving"], dependencies=[ServingCallerDep],
@@ -21,14 +21,14 @@ router = APIRouter(prefix="/v1", tags=["serving"], dependencies=[ServingCallerDe
 
 
 @router.post("/predictions", response_model=PredictionResponse)
-def predict(body: PredictionRequest, session: SessionDep, cache: CacheDep) -> PredictionResponse:
+async def predict(body: PredictionRequest, cache: CacheDep) -> dict[str, Any]:
     """Predicted ratings for a batch of (user, item) pairs from the latest completed model."""
-    rows = serving.predict(session=session, cache=cache, pairs=[(p.user_id, p.item_id) for p in body.pairs])
-    return PredictionResponse(predictions=[PredictionOut(**r) for r in rows])
+    pairs = [(p.user_id, p.item_id) for p in body.pairs]
+    return {"predictions": await cache.run(lambda: serving.predict(snapshot=cache.get(), pairs=pairs))}
 
 
 @router.get("/users/{user_id}/recommendations", response_model=RecommendationResponse)
-def recommend(user_id: str, session: SessionDep, cache: CacheDep,
-              k: Annotated[int, Query(ge=1, le=1000)] = 10) -> RecommendationResponse:
+async def recommend(user_id: str, cache: CacheDep,
+                    k: Annotated[int, Query(ge=1, le=serving.MAX_K)] = 10) -> dict[str, Any]:
     """Top-k unrated items of this party's catalogue for a user."""
-    return RecommendationResponse(**serving.recommend(session=session, cache=cache, user_id=user_id, k=k))
+    return await cache.run(lambda: serving.recommend(snapshot=cache.get(), user_id=user_id, k=k))

@@ -28,12 +28,13 @@ from sqlalchemy.orm import Session
 
 from services.db.party_tables import Interaction, ModelArtifact, SocialLink, User
 from services.errors import NotFound
+from services.party.serving import mark_changed
 from services.protocol.federation import pack_tree, unpack_tree
 
 if TYPE_CHECKING:
     from services.p4gcn.service import SocialService
     from services.party.federation import FederationService
-    from services.party.serving import ModelCache
+    from services.party.serving_cache import ModelCache
 
 TOMBSTONE = ""  # replaces an erased id in a run's alignment; ids are never empty
 PER_USER = ("user_ids", "h_u", "user_bias")  # the serving model's arrays with one row per aligned user
@@ -104,6 +105,7 @@ def erase_user(*, session: Session, external_id: str, federation: FederationServ
             or_(SocialLink.src_user_id == user.id, SocialLink.dst_user_id == user.id)))
         session.execute(delete(User).where(User.id == user.id))
         rewritten, runs = _rewrite_artifacts(session, external_id)
+        mark_changed(session=session)  # every serving process rebuilds without the user
         session.commit()
     except BaseException:
         session.rollback()
@@ -113,7 +115,7 @@ def erase_user(*, session: Session, external_id: str, federation: FederationServ
     if federation is not None:
         federation.forget(runs=runs)
     if cache is not None:
-        cache.clear()
+        cache.forget_user(external_id)  # this process answers 404 at once, before its rebuild
     if social is not None:
         social.forget(external_id)
     _checkpoint(session)

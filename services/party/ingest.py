@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from services.db.party_tables import Item, User
 from services.errors import Conflict, ValidationFailed
+from services.party.serving import mark_changed
 from services.party.validation import (
     INTERACTIONS,
     SOCIAL_LINKS,
@@ -276,6 +277,7 @@ def _run(session: Session, loader: _Loader, batches: Iterator[Batch]) -> IngestR
         if loader.rows == 0:
             raise ValidationFailed("no data rows", extra={"errors": []})
         loader.finish()
+        mark_changed(session=session)  # serving rebuilds its snapshot (new users, new rated items)
         session.commit()
     except (sqlite3.OperationalError, OperationalError) as exc:
         session.rollback()

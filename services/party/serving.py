@@ -1,23 +1,33 @@
-"""Serving from the latest completed model: rating predictions and top-K of this party's own catalogue."""
+"""Serving from the latest completed model: rating predictions and top-K of this party's own catalogue.
+
+The hot path never touches the database: `Snapshot` holds the published model, the id indexes and
+every user's rated items as CSR arrays (built by `services.party.serving_cache`), and `predict` /
+`recommend` are numpy over those arrays. Writes that change what serving answers (publish, ingest,
+erasure) call `mark_changed` in their transaction so every serving process notices.
+"""
 
 from __future__ import annotations
 
-import threading
+import uuid
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 from sqlalchemy import func, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from services.db.party_tables import Interaction, Item, ModelArtifact, User
-from services.errors import Conflict, NotFound, ValidationFailed
-from services.party import fed_store
+from services.db.party_tables import FederationState, ModelArtifact
+from services.errors import NotFound, ValidationFailed
 from services.protocol.federation import pack_tree, unpack_tree
 from services.verfedgnn import scoring
 
 ARTIFACT_NAME = "serving_model"
 ARTIFACT_KIND = "serving_model"
+GENERATION_KEY = "serving:generation"  # a fresh random token on every change serving must see
+MAX_K = 1000
+SAMPLE_PER_K = 32  # top_k's prefilter samples this many scores per requested item
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,7 @@ class ServingModel:
             tree["rating_dim"] = int(tree["rating_dim"])
         return ServingModel(**tree)
 
+    # The score functions: the only place serving decides what a score is.
     def scores(self, users: np.ndarray, items: np.ndarray) -> np.ndarray:
         """r̂ = μ + b_u + b_v + h_u·h_v for parallel index arrays, clipped to the rating range."""
         d = self.rating_dim or self.h_u.shape[1]
@@ -64,6 +75,58 @@ class ServingModel:
                                    rating_dim=self.rating_dim, global_bias=self.global_bias,
                                    user_bias=self.user_bias[[user]], item_bias=self.item_bias[items])[0]
 
+    def user_scores(self, user: int) -> np.ndarray:
+        """`rank_scores` of one user against every item as one mat-vec (a fresh array the caller may modify)."""
+        # scoring.rank_scores, folded: [h_v | c_v]·[h_u; 1], or [h_v[:, :d] | b_v | 1]·[h_u[:d]; 1; μ + b_u].
+        matrix = self._item_matrix
+        vector = np.empty(matrix.shape[1], np.float32)
+        if self.rank_bias is not None:
+            vector[:-1], vector[-1] = self.h_u[user], 1.0
+        else:
+            vector[:-2] = self.h_u[user, :matrix.shape[1] - 2]
+            vector[-2:] = (1.0, self.global_bias + float(self.user_bias[user]))
+        return matrix @ vector
+
+    def cold_scores(self, items: np.ndarray) -> np.ndarray:
+        """Bias-only estimate for a user without h_u (rated after training): the item's popularity prior."""
+        return np.clip(self.global_bias + self.item_bias[items].astype(np.float64), self.rating_min, self.rating_max)
+
+    @cached_property
+    def _item_matrix(self) -> np.ndarray:
+        """The item side of `user_scores` as one C-contiguous float32 matrix, built on first use."""
+        m = len(self.item_ids)
+        if self.rank_bias is not None:
+            parts = [self.h_v, self.rank_bias.reshape(m, 1)]
+        else:
+            parts = [self.h_v[:, :self.rating_dim or self.h_v.shape[1]], self.item_bias.reshape(m, 1),
+                     np.ones((m, 1), np.float32)]
+        return np.ascontiguousarray(np.hstack([p.astype(np.float32) for p in parts]))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything serving reads, immutable: swapped whole when the model or the data change."""
+
+    version: int
+    token: str | None  # the generation token read before the data (None: unknown)
+    model: ServingModel
+    item_index: dict[str, int]  # external item id -> model item index
+    user_rows: dict[str, int]  # every user the party holds -> row of the CSR below
+    model_row: np.ndarray  # int64 per user row: its model row, -1 for a user without h_u
+    rated_ptr: np.ndarray  # int64 (U + 1,): CSR offsets of each user's rated model items
+    rated_idx: np.ndarray  # int64: model item indices (ratings labelled test are left out: still candidates)
+    popular: np.ndarray  # model item indices by descending rating count (ties: model order)
+    counts: np.ndarray  # rating count per model item
+
+    def without_user(self, user_id: str) -> Snapshot:
+        """The same snapshot with one user gone (erasure answers 404 at once, before any reload)."""
+        if user_id not in self.user_rows:
+            return self
+        rows = dict(self.user_rows)
+        del rows[user_id]
+        return Snapshot(self.version, self.token, self.model, self.item_index, rows, self.model_row,
+                        self.rated_ptr, self.rated_idx, self.popular, self.counts)
+
 
 def publish(*, session: Session, model: ServingModel) -> int:
     """Store a model as the next version of the serving artifact; returns the version."""
@@ -72,113 +135,102 @@ def publish(*, session: Session, model: ServingModel) -> int:
     session.add(ModelArtifact(name=ARTIFACT_NAME, kind=ARTIFACT_KIND, version=version, payload=model.to_bytes(),
                               meta={"run_id": model.run_id, "round_index": model.round_index,
                                     "n_users": len(model.user_ids), "n_items": len(model.item_ids)}))
+    mark_changed(session=session)
     session.commit()
     return version
 
 
-@dataclass
-class _Loaded:
-    version: int
-    model: ServingModel
-    user_index: dict[str, int]
-    item_index: dict[str, int]
-    popularity: np.ndarray  # rating counts per model item (for the cold-user fallback)
-    held_out: dict[str, set[str]]  # user → items labelled test: not "already had", so still candidates
+def latest_version(*, session: Session) -> int | None:
+    """Version of the newest published serving model (None before the first)."""
+    version = session.scalar(select(func.max(ModelArtifact.version)).where(ModelArtifact.name == ARTIFACT_NAME))
+    return None if version is None else int(version)
 
 
-class ModelCache:
-    """Keeps the newest published model and its indexes in memory; reloads when a newer version exists."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._loaded: _Loaded | None = None
-
-    def clear(self) -> None:
-        """Forget the loaded model (an erasure rewrote it in place)."""
-        with self._lock:
-            self._loaded = None
-
-    def get(self, *, session: Session) -> _Loaded:
-        """The latest model; 409 when none has been published yet."""
-        version = session.scalar(select(func.max(ModelArtifact.version)).where(ModelArtifact.name == ARTIFACT_NAME))
-        if version is None:
-            raise Conflict("no trained model has been published at this party yet", extra={"code": "model_not_ready"})
-        with self._lock:
-            if self._loaded is None or self._loaded.version != version:
-                row = session.scalar(select(ModelArtifact).where(ModelArtifact.name == ARTIFACT_NAME,
-                                                                 ModelArtifact.version == version))
-                assert row is not None and row.payload is not None
-                model = ServingModel.from_bytes(row.payload)
-                items = {str(x): i for i, x in enumerate(model.item_ids.tolist())}
-                self._loaded = _Loaded(version, model, {str(u): i for i, u in enumerate(model.user_ids.tolist())},
-                                       items, _popularity(session=session, item_index=items),
-                                       fed_store.test_items_by_user(session=session))
-            return self._loaded
+def mark_changed(*, session: Session) -> None:
+    """Record, in the caller's transaction, that what serving answers changed (publish, ingest, erasure)."""
+    # A random token rather than a counter: concurrent writers need no read-modify-write, and a poller
+    # that saw token T notices any later commit because it cannot write T again.
+    insert = (sqlite if session.get_bind().dialect.name == "sqlite" else postgresql).insert
+    stmt = insert(FederationState.__table__)  # type: ignore[arg-type]
+    token = uuid.uuid4().hex
+    session.execute(stmt.on_conflict_do_update(index_elements=["key"], set_={"value": stmt.excluded.value,
+                                                                              "updated_at": func.now()}),
+                    [{"key": GENERATION_KEY, "value": token}])
 
 
-def _popularity(*, session: Session, item_index: dict[str, int]) -> np.ndarray:
-    counts = np.zeros(len(item_index), dtype=np.int64)
-    rows = session.execute(select(Item.external_id, func.count(Interaction.id))
-                           .join(Interaction, Interaction.item_id == Item.id).group_by(Item.external_id))
-    for ext, n in rows:
-        if ext in item_index:
-            counts[item_index[ext]] = n
-    return counts
+def generation(*, session: Session) -> str | None:
+    """The current generation token (one primary-key read)."""
+    value = session.scalar(select(FederationState.value).where(FederationState.key == GENERATION_KEY))
+    return None if value is None else str(value)
 
 
-def _known_users(session: Session, ids: list[str]) -> set[str]:
-    found: set[str] = set()
-    for start in range(0, len(ids), 500):
-        chunk = ids[start:start + 500]
-        found.update(session.scalars(select(User.external_id).where(User.external_id.in_(chunk))))
-    return found
+def top_k(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k highest scores, best first (equal scores: lower index first); k <= len(scores)."""
+    if k <= 0:
+        return np.empty(0, np.int64)
+    candidates = np.arange(len(scores))
+    stride = len(scores) // (SAMPLE_PER_K * k)
+    if stride > 1:
+        # Exact prefilter: the k-th best of every stride-th score is at most the k-th best of all, so every
+        # top-k score passes `>= t`; one compare pass leaves ~SAMPLE_PER_K·k candidates to partition.
+        sample = scores[::stride]
+        t = np.partition(sample, len(sample) - k)[len(sample) - k]
+        if t > -np.inf:
+            candidates = np.flatnonzero(scores >= t)
+    sub = scores[candidates]
+    chosen = candidates[np.argpartition(sub, len(sub) - k)[len(sub) - k:]]
+    return chosen[np.lexsort((chosen, -scores[chosen]))]
 
 
-def predict(*, session: Session, cache: ModelCache, pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
-    """Predicted ratings for (user, item) pairs; unknown ids → 404 naming the row, cold users → fallback."""
-    loaded = cache.get(session=session)
-    m = loaded.model
-    known = _known_users(session, sorted({u for u, _ in pairs} - set(loaded.user_index)))
-    out: list[dict[str, Any]] = []
-    for row, (user, item) in enumerate(pairs):
-        if item not in loaded.item_index:
-            raise NotFound(f"item {item!r} is not in this party's catalogue", extra={"row": row, "field": "item_id"})
-        j = loaded.item_index[item]
-        if user in loaded.user_index:
-            score = float(m.scores(np.array([loaded.user_index[user]]), np.array([j]))[0])
-            out.append({"user_id": user, "item_id": item, "rating": score, "fallback": None})
-        elif user in known:
-            # Cold user: no h_u was trained, so answer the item's bias-only estimate (its popularity prior).
-            score = float(np.clip(m.global_bias + m.item_bias[j], m.rating_min, m.rating_max))
-            out.append({"user_id": user, "item_id": item, "rating": score, "fallback": "popularity"})
-        else:
-            raise NotFound(f"user {user!r} is unknown to this party", extra={"row": row, "field": "user_id"})
-    return out
+def _rated(snap: Snapshot, row: int) -> np.ndarray:
+    return snap.rated_idx[snap.rated_ptr[row]:snap.rated_ptr[row + 1]]
 
 
-def recommend(*, session: Session, cache: ModelCache, user_id: str, k: int) -> dict[str, Any]:
+def recommend(*, snapshot: Snapshot, user_id: str, k: int) -> dict[str, Any]:
     """Top-k by ranking score of this party's items the user has not rated; cold users get the most popular, flagged.
 
-    Ratings labelled test (PUT /v1/evaluation-split) are held out of the model, so they stay candidates.
+    Ratings labelled test (PUT /v1/evaluation-split) are held out of the model, so they stay candidates
+    (the snapshot's rated items leave them out).
     """
-    if not 1 <= k <= 1000:
-        raise ValidationFailed("k must be between 1 and 1000", extra={"field": "k"})
-    loaded = cache.get(session=session)
-    user = session.scalar(select(User).where(User.external_id == user_id))
-    if user is None:
+    if not 1 <= k <= MAX_K:
+        raise ValidationFailed(f"k must be between 1 and {MAX_K}", extra={"field": "k"})
+    snap = snapshot
+    row = snap.user_rows.get(user_id)
+    if row is None:
         raise NotFound(f"user {user_id!r} is unknown to this party", extra={"field": "user_id"})
-    rated = set(session.scalars(select(Item.external_id).join(Interaction, Interaction.item_id == Item.id)
-                                .where(Interaction.user_id == user.id))) - loaded.held_out.get(user_id, set())
-    mask = np.array([x not in rated for x in loaded.model.item_ids.tolist()], dtype=bool)
-    candidates = np.flatnonzero(mask)
-    if user_id in loaded.user_index:
-        scores = loaded.model.rank_scores(loaded.user_index[user_id], candidates).astype(np.float64)
-        fallback = None
+    rated, model_row = _rated(snap, row), int(snap.model_row[row])
+    if model_row >= 0:
+        scores = snap.model.user_scores(model_row)
+        scores[rated] = -np.inf  # the user's own items are never candidates
+        top = top_k(scores, min(k, len(scores) - len(rated)))
+        values, fallback = scores[top].astype(np.float64), None
     else:
-        scores = loaded.popularity[candidates].astype(np.float64)
-        fallback = "popularity"
-    top = candidates[np.argsort(-scores, kind="stable")[:k]]
-    by_item = dict(zip(candidates.tolist(), scores.tolist()))
-    items = [{"item_id": str(loaded.model.item_ids[j]), "score": float(by_item[int(j)])} for j in top]
-    return {"user_id": user_id, "items": items, "fallback": fallback, "model_version": loaded.version,
-            "run_id": loaded.model.run_id}
+        # Walk the popularity order past the user's own items: at most k + |rated| entries.
+        head = snap.popular[:k + len(rated)]
+        top = head[~np.isin(head, rated)][:k]
+        values, fallback = snap.counts[top].astype(np.float64), "popularity"
+    ids = snap.model.item_ids[top].tolist()
+    items = [{"item_id": str(i), "score": float(s)} for i, s in zip(ids, values.tolist())]
+    return {"user_id": user_id, "items": items, "fallback": fallback, "model_version": snap.version,
+            "run_id": snap.model.run_id}
+
+
+def predict(*, snapshot: Snapshot, pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """Predicted ratings for (user, item) pairs; unknown ids → 404 naming the first bad row, cold users → fallback."""
+    snap = snapshot
+    items = np.array([snap.item_index.get(i, -1) for _, i in pairs], np.int64)
+    rows = np.array([snap.user_rows.get(u, -1) for u, _ in pairs], np.int64)
+    bad = np.flatnonzero((items < 0) | (rows < 0))
+    if len(bad):
+        r = int(bad[0])
+        user, item = pairs[r]
+        if items[r] < 0:
+            raise NotFound(f"item {item!r} is not in this party's catalogue", extra={"row": r, "field": "item_id"})
+        raise NotFound(f"user {user!r} is unknown to this party", extra={"row": r, "field": "user_id"})
+    model_rows = snap.model_row[rows]
+    warm = model_rows >= 0
+    ratings = np.empty(len(pairs), np.float64)
+    ratings[warm] = snap.model.scores(model_rows[warm], items[warm])
+    ratings[~warm] = snap.model.cold_scores(items[~warm])
+    return [{"user_id": u, "item_id": i, "rating": r, "fallback": None if w else "popularity"}
+            for (u, i), r, w in zip(pairs, ratings.tolist(), warm.tolist())]

@@ -118,3 +118,17 @@ def test_ranking_score_serves_the_top_k_and_ratings_stay_on_the_scale(party: Par
         assert [round(it["score"], 4) for it in rec["items"]] == [10.9, 1.5, 0.2]
         pred = c.post("/v1/predictions", json={"pairs": [{"user_id": "u1", "item_id": "i4"}]}).json()
         assert abs(pred["predictions"][0]["rating"] - 3.9) < 1e-5  # μ + b_v + the first 2 coordinates only
+
+
+def test_erasure_is_served_at_once(party: Party) -> None:
+    _load(party)
+    with Session(party.engine) as session:
+        publish(session=session, model=_model())
+    with _serve(party) as c:
+        assert c.get("/v1/users/u1/recommendations").status_code == 200  # the snapshot is built and held
+        assert party.admin.delete("/v1/users/u1").status_code == 200
+        gone = c.get("/v1/users/u1/recommendations")
+        assert gone.status_code == 404 and "u1" in gone.json()["detail"]
+        pair = c.post("/v1/predictions", json={"pairs": [{"user_id": "u1", "item_id": "i4"}]})
+        assert pair.status_code == 404 and pair.json()["field"] == "user_id"
+        assert c.get("/v1/users/u2/recommendations").status_code == 200

@@ -1,0 +1,219 @@
+"""Serving throughput and latency of a real party process, driven by wrk on loopback.
+
+Builds a party database with a synthetic catalogue (50,000 items, 20,000 users, ~25 ratings per
+user) and a published serving model (90% of the users trained, the rest cold), starts
+`python -m party_api` on it (default worker count unless --workers), and runs wrk at 50
+connections against `GET /health` (the framework's floor), top-10 recommendations of random
+users, and predictions of 100 random pairs; then top-10 again at 4 connections, where latency is
+service time rather than queueing. wrk is installed by the project's setup (`make wrk`, Debian
+package). The last stdout line is one JSON object with the issue's keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from cli.localfed import free_port, wait_healthy
+from services.db.session import make_engine, migrate
+from services.party.ingest import ingest_stream
+from services.party.serving import ServingModel, publish
+
+API_KEY = "bench-api-key"
+POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+# wrk scripts: random users / random pair batches, and a summary line wrk's Lua prints at the end.
+DONE = """
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format('WRK {"requests": %d, "duration_us": %d, "p50_us": %d, "p99_us": %d, '
+    .. '"errors": %d}\\n', summary.requests, summary.duration, latency:percentile(50),
+    latency:percentile(99), e.connect + e.read + e.write + e.status + e.timeout))
+end
+"""
+RECOMMEND = """
+math.randomseed(%(seed)d)
+request = function()
+  local u = math.random(0, %(users)d - 1)
+  return wrk.format("GET", "/v1/users/u" .. u .. "/recommendations?k=10", {["X-API-Key"] = "%(key)s"})
+end
+"""
+PREDICT = """
+math.randomseed(%(seed)d)
+local bodies = {}
+for b = 1, 200 do
+  local parts = {}
+  for p = 1, %(pairs)d do
+    parts[p] = string.format('{"user_id":"u%%d","item_id":"i%%d"}', math.random(0, %(users)d - 1),
+                             math.random(0, %(items)d - 1))
+  end
+  bodies[b] = '{"pairs":[' .. table.concat(parts, ",") .. ']}'
+end
+local headers = {["X-API-Key"] = "%(key)s", ["Content-Type"] = "application/json"}
+request = function()
+  return wrk.format("POST", "/v1/predictions", headers, bodies[math.random(1, #bodies)])
+end
+"""
+
+
+def postgres_schema(base_url: str) -> tuple[str, str]:
+    """Create a fresh schema; return (schema, URL whose search_path is it)."""
+    import psycopg
+
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(base_url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as con:
+        con.execute(f'CREATE SCHEMA "{schema}"')
+    return schema, f"{base_url}?options=-csearch_path%3D{schema}"
+
+
+def drop_schema(base_url: str, schema: str) -> None:
+    """Drop the benchmark's schema."""
+    import psycopg
+
+    with psycopg.connect(base_url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as con:
+        con.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def build_party(url: str, *, users: int, items: int, per_user: int, dim: int, seed: int) -> int:
+    """Ratings through the ingest service, then a published model; returns the number of ratings."""
+    rng = np.random.default_rng(seed)
+    migrate(url)
+    engine = make_engine(url)
+    # Item popularity follows a Zipf-like law, as in real catalogues.
+    weights = 1.0 / np.arange(1, items + 1) ** 0.8
+    weights /= weights.sum()
+    lines = ["user_id,item_id,rating"]
+    for u in range(users):
+        chosen = np.unique(rng.choice(items, size=per_user, p=weights))
+        lines += [f"u{u},i{i},{r}" for i, r in zip(chosen.tolist(), rng.integers(1, 6, len(chosen)).tolist())]
+    body = io.BytesIO(("\n".join(lines) + "\n").encode())
+    with Session(engine) as session:
+        report = ingest_stream(session=session, body=body, kind="interactions", fmt="csv",
+                               rating_min=1.0, rating_max=5.0)
+        trained = int(users * 0.9)  # the rest rated after training: popularity fallback
+        model = ServingModel(
+            run_id="bench", round_index=1, user_ids=np.array([f"u{u}" for u in range(trained)]),
+            item_ids=np.array([f"i{i}" for i in range(items)]),
+            h_u=rng.normal(0, 0.15, (trained, dim)).astype(np.float32),
+            h_v=rng.normal(0, 0.15, (items, dim)).astype(np.float32),
+            user_bias=rng.normal(0, 0.1, trained).astype(np.float32),
+            item_bias=rng.normal(0, 0.1, items).astype(np.float32), global_bias=3.5,
+            rating_min=1.0, rating_max=5.0)
+        publish(session=session, model=model)
+    engine.dispose()
+    return report.rows
+
+
+def wrk(url: str, path: str, script: str, *, connections: int, seconds: int, threads: int) -> dict[str, float]:
+    """One wrk pass; its summary (requests, p50/p99 in µs, errors) parsed from the done() line."""
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
+        f.write(script + DONE)
+    try:
+        out = subprocess.run(["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--timeout", "10s",
+                              "-s", f.name, f"{url}{path}"], capture_output=True, text=True, check=True).stdout
+    finally:
+        os.unlink(f.name)
+    line = next(x for x in out.splitlines() if x.startswith("WRK "))
+    stats: dict[str, float] = json.loads(line[4:])
+    stats["rps"] = stats["requests"] / (stats["duration_us"] / 1e6)
+    return stats
+
+
+def start_party(url: str, workers: int | None, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """`python -m party_api` on the database, waited on until ready."""
+    port = free_port()
+    env = {**os.environ, "PARTY_DATABASE_URL": url, "PARTY_ADMIN_TOKEN": "bench-admin-token",
+           "PARTY_COORDINATOR_TOKEN": "bench-coordinator-token", "PARTY_API_KEYS": json.dumps([API_KEY]),
+           "PARTY_PORT": str(port)}
+    if workers:
+        env["PARTY_WORKERS"] = str(workers)
+    proc = subprocess.Popen([sys.executable, "-m", "party_api"], env=env, stdout=log.open("wb"),
+                            stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    wait_healthy(base, timeout=120, proc=proc, log=log, path="/ready")
+    return proc, base
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--items", type=int, default=50_000)
+    parser.add_argument("--users", type=int, default=20_000)
+    parser.add_argument("--ratings-per-user", type=int, default=25)
+    parser.add_argument("--dim", type=int, default=64, help="embedding size of the published model")
+    parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument("--light-concurrency", type=int, default=4)
+    parser.add_argument("--pairs", type=int, default=100, help="pairs per prediction request")
+    parser.add_argument("--seconds", type=int, default=10, help="duration of each wrk pass")
+    parser.add_argument("--threads", type=int, default=2, help="wrk threads")
+    parser.add_argument("--workers", type=int, help="party worker processes (default: the service's default)")
+    parser.add_argument("--postgres", action="store_true", help="party database on PostgreSQL")
+    parser.add_argument("--postgres-url", default=os.environ.get("FEDREC_BENCH_POSTGRES_URL", POSTGRES_URL))
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        sys.exit("wrk is not installed: run `make wrk` (apt-get install wrk)")
+
+    with tempfile.TemporaryDirectory(prefix="fedrec-serving-") as tmp:
+        work, schema = Path(tmp), None
+        if args.postgres:
+            schema, url = postgres_schema(args.postgres_url)
+        else:
+            url = f"sqlite:///{work / 'party.db'}"
+        t0 = time.perf_counter()
+        ratings = build_party(url, users=args.users, items=args.items, per_user=args.ratings_per_user,
+                              dim=args.dim, seed=args.seed)
+        print(f"built {args.users} users x {args.items} items, {ratings} ratings in "
+              f"{time.perf_counter() - t0:.1f}s", file=sys.stderr)
+        proc, base = start_party(url, args.workers, work / "party.log")
+        try:
+            fill = {"seed": args.seed, "users": args.users, "items": args.items, "key": API_KEY, "pairs": args.pairs}
+            rec, pred = RECOMMEND % fill, PREDICT % fill
+            run = lambda path, script, c: wrk(base, path, script, connections=c,  # noqa: E731
+                                              seconds=args.seconds, threads=args.threads)
+            # Warm-up: every worker builds its snapshot and warms its code paths before measuring.
+            wrk(base, "/", rec, connections=args.concurrency, seconds=3, threads=args.threads)
+            health = run("/health", "", args.concurrency)
+            recommend = run("/", rec, args.concurrency)
+            predict = run("/", pred, args.concurrency)
+            light = run("/", rec, args.light_concurrency)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            if schema:
+                drop_schema(args.postgres_url, schema)
+    passes = (health, recommend, predict, light)
+    for name, p in zip(("health", "recommend", "predict", "recommend_light"), passes):
+        print(f"{name}: {p['rps']:.0f} req/s, p50 {p['p50_us'] / 1e3:.2f} ms, p99 {p['p99_us'] / 1e3:.2f} ms, "
+              f"errors {p['errors']:.0f}", file=sys.stderr)
+    result = {
+        "items": args.items, "concurrency": args.concurrency,
+        "health_rps": round(health["rps"]), "health_p99_ms": round(health["p99_us"] / 1e3, 2),
+        "recommend_rps": round(recommend["rps"]), "recommend_p50_ms": round(recommend["p50_us"] / 1e3, 2),
+        "recommend_p99_ms": round(recommend["p99_us"] / 1e3, 2),
+        "recommend_p99_ms_light": round(light["p99_us"] / 1e3, 2),
+        "predict_rps": round(predict["rps"]), "predict_p99_ms": round(predict["p99_us"] / 1e3, 2),
+        "errors": int(sum(p["errors"] for p in passes)), "load_generator": "wrk",
+        "users": args.users, "ratings": ratings, "dim": args.dim, "workers": args.workers or "default",
+        "backend": "postgresql" if args.postgres else "sqlite",
+        "recommend_vs_health": round(recommend["rps"] / health["rps"], 3),
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
