@@ -64,7 +64,7 @@ def test_snapshot_top_k_matches_the_oracle(sessions: sessionmaker[Session]) -> N
         assert got["fallback"] is None
         assert [it["item_id"] for it in got["items"]] == _oracle(model, rated, user, 15)
         scores = [it["score"] for it in got["items"]]
-        assert scores == sorted(scores, reverse=True) and all(1.0 <= s <= 5.0 for s in scores)
+        assert scores == sorted(scores, reverse=True)
     # k beyond the candidates: every unrated model item, none the user rated.
     everything = recommend(snapshot=snap, user_id="u0", k=1000)["items"]
     unrated = [i for i in model.item_ids.tolist() if ("u0", i) not in rated]
