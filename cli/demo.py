@@ -17,9 +17,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from cli.http import checked
-from cli.localfed import API_KEY, CoordinatorClient, coordinator_proc, load_party, party_proc
+from cli.localfed import ADMIN, API_KEY, CoordinatorClient, coordinator_proc, load_party, party_proc
 from services.data.types import Dataset
 from services.errors import DomainError
+from services.evaluation.report import ranking_table
+from services.evaluation.runner import preset_values
 from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.reference import party_datas
 
@@ -42,21 +44,70 @@ def _best_valid(rounds: list[dict[str, Any]], key: str) -> float:
     return float(best["metrics"][key])
 
 
-def _baselines(parts: dict[str, Dataset], config: TrainConfig) -> tuple[dict[str, float], float]:
-    """Local-only (each party alone) and centralized rows, by the engine's in-process harness on the same data."""
+def _baselines(parts: dict[str, Dataset], config: TrainConfig
+               ) -> tuple[dict[str, float], float, dict[str, dict[str, float]]]:
+    """Each party alone and centralized (RMSE and top-K), most-popular and EASE, by the in-process harness."""
     import torch
 
-    from services.evaluation.harness import Federation, alone, merge_parties, train_federation
+    from services.evaluation import ranking_baselines, topk
+    from services.evaluation import ranking_experiment as rx
+    from services.evaluation.harness import Federation, alone, merge_parties
     torch.set_num_threads(1)  # the same one thread per process as the party services
     datas = party_datas(parts)
-    n = sum(len(d.train) for d in datas.values())
-    mean = sum(float(d.train.ratings.sum()) for d in datas.values()) / n
+    view = topk.ranking_view(datas)
+    mean = rx.global_mean(datas)
     off = config.model_copy(update={"use_projection": False, "use_quantization": False})
-    local = {p: train_federation([alone(d)], config=off, global_mean=mean, protocol="local").rmse
-             for p, d in datas.items()}
+    local: dict[str, float] = {}
+    rows: dict[str, dict[str, float]] = {}
+    for p, d in datas.items():
+        run = topk.train_ranked({p: alone(d)}, config=off, global_mean=mean, protocol="local")
+        local[p] = run.result.rmse
+        rows[f"{p} alone (own catalogue)"] = {**topk.evaluate_party(view, p, run.scores()[p]), "rmse": run.result.rmse}
     fed = Federation(list(datas.values()), next(iter(datas.values())).n_users, mean)
-    central = train_federation([merge_parties(fed)], config=off, global_mean=mean, protocol="centralized").rmse
-    return local, central
+    run = topk.train_ranked({"central": merge_parties(fed)}, config=off, global_mean=mean, protocol="centralized")
+    rows["centralized GNN (same objective)"] = {**topk.evaluate_central(view, run.scores()["central"]),
+                                                "rmse": run.result.rmse}
+    implicit = rx.central_implicit(view, datas)
+    rows["most popular"] = topk.evaluate_central(view, ranking_baselines.most_popular(implicit))
+    rows["EASE (λ on validation)"] = topk.evaluate_central(view, ranking_baselines.ease(implicit)[0])
+    return local, run.result.rmse, rows
+
+
+def _titles(data: Path | None) -> dict[str, str]:
+    """ML-100K u.item titles by item id (latin-1, '|'-separated); none for the synthetic data."""
+    path = data / "u.item" if data is not None else None
+    if path is None or not path.exists():
+        return {}
+    lines = path.read_text(encoding="latin-1").splitlines()
+    return {f[0]: f[1] for f in (line.split("|") for line in lines) if len(f) > 1}
+
+
+def _load_titles(http: httpx.Client, url: str, ds: Dataset, titles: dict[str, str]) -> int:
+    """POST /v1/items with the titles of this party's own items (never another party's catalogue)."""
+    own = sorted({str(i) for s in (ds.train, ds.valid, ds.test) if s is not None for i in s.item_ids.tolist()})
+    rows = [{"external_id": i, "metadata": {"title": titles[i]}} for i in own if i in titles]
+    for start in range(0, len(rows), 1000):
+        checked(http.post(f"{url}/v1/items", json={"rows": rows[start:start + 1000]},
+                          headers={"Authorization": f"Bearer {ADMIN}"}))
+    return len(rows)
+
+
+def _served_figures(http: httpx.Client, url: str, parts: dict[str, Dataset]) -> dict[str, float]:
+    """Top-K figures of the lists apps get: every scored user's top-20 through the coordinator's fan-out."""
+    from services.evaluation import ranking, topk
+    datas = party_datas(parts)
+    view = topk.ranking_view(datas)
+    users = sorted(set.intersection(*[{str(u) for s in (d.train, d.valid, d.test) if s is not None
+                                       for u in s.user_ids.tolist()} for d in parts.values()]))
+    column = {(p, it): view.offsets[p] + j for p in view.party_ids
+              for j, it in enumerate(sorted({str(i) for s in (parts[p].train, parts[p].valid, parts[p].test)
+                                             if s is not None for i in s.item_ids.tolist()}))}
+    lists = {}
+    for row in view.relevant:
+        body = checked(http.get(f"{url}/v1/users/{users[row]}/recommendations", params={"k": 20},
+                                headers={"X-API-Key": API_KEY}))
+        lists[row] = [column[(it["party_id"], it["item_id"])] for it in body["items"]]
+    return ranking.evaluate_lists(lists, view.relevant, n_items=view.seen.shape[1], train_counts=view.train_counts)
 
 
 def _train(cc: CoordinatorClient, *, rounds: int, seed: int, config: dict[str, Any]) -> dict[str, Any]:
@@ -75,7 +126,8 @@ def _train(cc: CoordinatorClient, *, rounds: int, seed: int, config: dict[str, A
 
 def demo(
     data: Annotated[Path | None, typer.Option(help="MovieLens-100K directory (default: synthetic demo data)")] = None,
-    rounds: Annotated[int, typer.Option(min=1)] = 40,
+    rounds: Annotated[int | None, typer.Option(min=1, help="at most this many rounds (default 60 synthetic, 300 "
+                                                        "ML-100K; early stopping as the preset says)")] = None,
     seed: Annotated[int, typer.Option()] = 0,
     keep: Annotated[bool, typer.Option(help="keep the temp directory with the databases and logs")] = False,
 ) -> None:
@@ -88,7 +140,10 @@ def demo(
     root = Path(tempfile.mkdtemp(prefix="fedrec-demo-"))
     procs = {p: party_proc(p, root) for p in parts}
     coord = coordinator_proc(root, extra_env={"COORD_PAUSE_POLL_S": "0.5"})
-    config = {"dim": 6, "layers": 2, "model": "gcn"}
+    rounds = rounds or (300 if data is not None else 60)
+    # the ranking-capable model with the tuned preset: one run serves ratings and the top-K
+    config = {k: v for k, v in preset_values("tuned-ranking", "gcn").items() if k != "rounds"}
+    titles = _titles(data)
     try:
         with console.status("starting coordinator and 3 parties (separate processes)..."):
             for proc in [*procs.values(), coord]:
@@ -97,8 +152,9 @@ def demo(
         cc = CoordinatorClient(coord.url)
         for pid, ds_p in parts.items():
             n = load_party(http, procs[pid].url, ds_p)
+            named = _load_titles(http, procs[pid].url, ds_p, titles)
             cc.register(pid, procs[pid].url)
-            console.print(f"{pid}: {n} ratings ingested at {procs[pid].url}")
+            console.print(f"{pid}: {n} ratings ingested at {procs[pid].url}" + (f", {named} item titles" if named else ""))
         status = _train(cc, rounds=rounds, seed=seed, config=config)
         if status["state"] != "completed":
             raise typer.Exit(f"run ended {status['state']}: {status['detail']}")  # type: ignore[arg-type]
@@ -106,10 +162,15 @@ def demo(
         traffic = ", ".join(f"{p} {status['bytes_sent'][p] / 1e6:.2f} MB down / {status['bytes_received'][p] / 1e6:.2f} MB up"
                             for p in sorted(status["bytes_sent"]))
         console.print(f"traffic (coordinator view, whole run): {traffic}")
-        with console.status("training the baselines in-process (local-only, centralized)..."):
-            local, central = _baselines(parts, TrainConfig(**config, seed=seed, rounds=rounds))
+        _recommend(http, coord.url, parts, titles)
+        with console.status("training the baselines in-process (each party alone, centralized, most-popular, EASE)..."):
+            local, central, rank_rows = _baselines(parts, TrainConfig(**config, seed=seed, rounds=rounds))
         _table(status, local, central)
-        _recommend(http, coord.url, parts)
+        with console.status("fetching every test user's top-20 through the coordinator..."):
+            rank_rows = {"federated (served over HTTP, merged lists)": _served_figures(http, coord.url, parts),
+                         **rank_rows}
+        console.print(ranking_table(rank_rows, title="top-K on the test ratings (SPEC §5: relevant = rating ≥ 4, "
+                                                     "candidates = items not rated in training)"))
     finally:
         with console.status("shutting down"):
             for proc in [coord, *procs.values()]:
@@ -141,7 +202,8 @@ def _table(status: dict[str, Any], local: dict[str, float], central: float) -> N
         console.print("[red]some per-party figures are missing[/red]")
 
 
-def _recommend(http: httpx.Client, url: str, parts: dict[str, Dataset]) -> None:
+def _recommend(http: httpx.Client, url: str, parts: dict[str, Dataset], titles: dict[str, str]) -> None:
+    """Top-5 of a few users through the coordinator, with titles when item metadata was ingested."""
     users = sorted({str(u) for u in next(iter(parts.values())).train.user_ids.tolist()})[:3]
     for user in users:
         try:
@@ -150,8 +212,10 @@ def _recommend(http: httpx.Client, url: str, parts: dict[str, Dataset]) -> None:
         except DomainError as exc:
             console.print(f"user {user}: {exc.detail}")
             continue
-        picks = ", ".join(f"{it['party_id']}/{it['item_id']} ({it['score']:.2f})" for it in body["items"])
-        console.print(f"top-5 for user {user}: {picks}")
+        console.print(f"top-5 for user {user}:")
+        for it in body["items"]:
+            name = titles.get(it["item_id"], "")
+            console.print(f"  {it['party_id']}/{it['item_id']} {name} (score {it['score']:.2f})")
 
 
 def register(app: typer.Typer) -> None:

@@ -10,7 +10,14 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from cli.social_experiment import SOCIAL_PROTOCOL, run_social
-from services.evaluation.report import markdown_table, write_report
+from services.evaluation import ranking_experiment as rx
+from services.evaluation import topk
+from services.evaluation.report import (
+    markdown_table,
+    plot_ranking_curve,
+    ranking_table,
+    write_report,
+)
 from services.evaluation.runner import PRESETS, preset_values, run_seeds
 from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.types import RoundMetrics
@@ -43,8 +50,10 @@ def run(data: Annotated[Path, Opt(help="data set directory or file")],
         rounds: Annotated[int | None, Opt()] = None,
         preset: Annotated[str | None, Opt(help="verfedgnn-paper | tuned (default)")] = None,
         valid_fraction: Annotated[float, Opt(help="carved from train when there is no validation split")] = 0.1,
+        ranking: Annotated[bool, Opt(help="top-K figures beside RMSE: federated (preset tuned-ranking unless "
+                                          "--preset), each party alone, centralized baselines")] = False,
         out: Annotated[Path, Opt(help="output directory")] = Path("var/experiment")) -> None:
-    """Train and evaluate; writes results.md, results.json and valid_rmse.png under OUT."""
+    """Train and evaluate; writes results.md, results.json and valid_rmse.png (ranking.png with --ranking) under OUT."""
     if protocol == SOCIAL_PROTOCOL:  # hook: P4GCN rating party + social party (cli/social_experiment.py)
         run_social(data=data, seeds=seeds, out=out, epochs=rounds or 30,
                    fmt=dataset if dataset in ("filmtrust", "ciaodvd", "csv") else None)
@@ -53,6 +62,12 @@ def run(data: Annotated[Path, Opt(help="data set directory or file")],
         raise typer.BadParameter(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
     if protocol not in PROTOCOL_SETS:
         raise typer.BadParameter(f"unknown protocol {protocol!r}")
+    if ranking:
+        config = build_config(preset or "tuned-ranking",
+                              {"model": model, "q_ratio": q_ratio, "r": r, "alpha": alpha, "rounds": rounds})
+        run_ranking(dataset=dataset, data=data, split=split, parties=parties, seeds=seeds, config=config,
+                    valid_fraction=valid_fraction, out=out)
+        return
     config = build_config(preset, {"model": model, "q_ratio": q_ratio, "r": r, "alpha": alpha, "rounds": rounds})
     protocols = PROTOCOL_SETS[protocol]
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[valid]}"),
@@ -71,6 +86,36 @@ def run(data: Annotated[Path, Opt(help="data set directory or file")],
     write_report(out, summaries, histories, title=title, config=config.model_dump())
     typer.echo(markdown_table(summaries, title=title))
     typer.echo(json.dumps({s.protocol: s.stats() for s in summaries}))
+
+
+def run_ranking(*, dataset: str, data: Path, split: str, parties: int, seeds: int, config: TrainConfig,
+                valid_fraction: float, out: Path) -> None:
+    """Ranking beside RMSE: mean over seeds, one table; NDCG@10 and validation RMSE over rounds plotted."""
+    rows: dict[str, list[dict[str, float]]] = {}
+    curve: list[dict[str, float]] = []
+    for seed in range(seeds):
+        fed = rx.seed_parties(dataset, data, split=split, n_parties=parties, seed=seed, valid_fraction=valid_fraction)
+        view = topk.ranking_view(fed)
+        typer.echo(f"seed {seed}: federated", err=True)
+        got, seed_curve = rx.run_federated(fed, view, config=config.model_copy(update={"seed": seed}))
+        curve = curve or seed_curve
+        rows.setdefault("federated (merged lists)", []).append(got["federated"])
+        for row in got["federated_per_party"]:
+            rows.setdefault(f"federated, {row['party']} catalogue", []).append(row)
+        typer.echo(f"seed {seed}: each party alone", err=True)
+        for row in rx.run_local(fed, view, config=config.model_copy(update={"seed": seed})):
+            rows.setdefault(f"{row['party']} alone, own catalogue", []).append(row)
+        typer.echo(f"seed {seed}: centralized baselines", err=True)
+        for name, row in rx.run_baselines(fed, view, seed=seed).items():
+            rows.setdefault(f"{name} (centralized)", []).append(row)
+    means = {name: rx.mean_rows(r) for name, r in rows.items()}
+    title = f"{dataset} {split}, {parties} parties, {config.model}, {seeds} seeds: top-K (SPEC §5) and test RMSE"
+    table = ranking_table(means, title=title)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.md").write_text(table + "\n```json\n" + json.dumps(config.model_dump(), indent=1) + "\n```\n")
+    (out / "results.json").write_text(json.dumps(means, indent=1))
+    plot_ranking_curve(curve, out / "ranking.png")
+    typer.echo(table)
 
 
 def register(app: typer.Typer) -> None:

@@ -79,3 +79,38 @@ def write_report(out: Path, summaries: list[Summary], histories: dict[str, list[
     payload = {s.protocol: {**s.stats(), "per_party": s.party_stats()} for s in summaries}
     (out / "results.json").write_text(json.dumps(payload, indent=1))
     plot_validation(histories, out / "valid_rmse.png")
+
+
+RANKING_COLUMNS = ("ndcg@10", "recall@10", "ndcg@20", "recall@20", "coverage", "median_train_count")
+
+
+def ranking_table(rows: dict[str, dict[str, float]], *, title: str) -> str:
+    """One row per model: the SPEC §5 ranking figures, and test RMSE where the model predicts ratings."""
+    lines = [f"### {title}", "", "| model | " + " | ".join(RANKING_COLUMNS) + " | test RMSE |",
+             "|---|" + "---|" * (len(RANKING_COLUMNS) + 1)]
+    for name, r in rows.items():
+        cells = [f"{r[c]:.4f}" if c != "median_train_count" else f"{r[c]:.0f}" for c in RANKING_COLUMNS]
+        rmse = f"{r['rmse']:.4f}" if "rmse" in r else ""
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {rmse} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_ranking_curve(curve: list[dict[str, float]], path: Path) -> None:
+    """PNG of validation RMSE and merged-list test NDCG@10 over rounds (federated run, first seed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rounds = [c["round"] for c in curve]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(rounds, [c["valid_rmse"] for c in curve], color="tab:blue", label="validation RMSE")
+    ax.set_xlabel("round")
+    ax.set_ylabel("validation RMSE", color="tab:blue")
+    other = ax.twinx()
+    other.plot(rounds, [c["ndcg@10"] for c in curve], color="tab:orange", label="test NDCG@10 (merged)")
+    other.set_ylabel("NDCG@10", color="tab:orange")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

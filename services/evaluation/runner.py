@@ -28,6 +28,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     "tuned": {"dim": 64, "layers": 2, "activation": "identity", "transform": False, "optimizer": "adam",
               "lr": 0.01, "reg": 0.1, "weight_decay": 60.0, "reg_warmup": 50, "reg_bias": 0.1, "thd": 1.0,
               "grad_scale": 0.05, "rounds": 1000, "patience": 50},
+    # `tuned` plus the ranking objective (issue 11, docs/results-ranking.md): each party's in-party
+    # full softmax at weight 1 beside the rating loss, 32 ranking-only coordinates on top of the 64
+    # rating ones (the ranking score uses all 96, the rating the first 64).
+    "tuned-ranking": {"dim": 96, "layers": 2, "activation": "identity", "transform": False, "optimizer": "adam",
+                      "lr": 0.01, "reg": 0.1, "weight_decay": 60.0, "reg_warmup": 50, "reg_bias": 0.1, "thd": 1.0,
+                      "grad_scale": 0.05, "rounds": 1000, "patience": 50, "rank_weight": 1.0, "rank_dims": 32},
 }
 
 # Per-model adjustments of a preset: GAT collapses to the bias-only model when federated at the
@@ -35,6 +41,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 # picked on ML-100K u1 seed 0 (docs/results-verfedgnn.md).
 MODEL_TUNING: dict[str, dict[str, dict[str, Any]]] = {
     "tuned": {"gat": {"dim": 32, "weight_decay": 20.0, "reg": 0.05}},
+    "tuned-ranking": {"gat": {"dim": 64, "weight_decay": 20.0, "reg": 0.05}},  # 32 rating + 32 ranking (untuned)
 }
 
 

@@ -49,13 +49,18 @@ class TrainConfig(BaseModel):
     rank_weight: float = Field(0.0, ge=0.0, description="weight of each party's in-party full softmax ranking loss "
                                "(0: rating loss only); negatives are the party's own items outside a user's training set")
     rank_dims: int = Field(0, ge=0, description="trailing embedding coordinates used only by the ranking score")
+    gradient_protection: Literal["ternary", "dgrec"] = Field(
+        "ternary", description="how uploaded public gradients are protected when use_quantization is on: clip + "
+        "ternary quantization (r, clip_bound), or DGREC's 1-bit encoding with unbiased decoding (dgrec_delta, dgrec_strength)")
+    dgrec_delta: float = Field(0.1, gt=0.0, description="DGREC clipping threshold δ")
+    dgrec_strength: float = Field(1.0, gt=0.0, description="DGREC perturbation strength β (β-LDP per element)")
     use_projection: bool = True
     use_quantization: bool = True
     seed: int = Field(0, ge=0)
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
-        if self.use_quantization and self.r < self.clip_bound:
+        if self.use_quantization and self.gradient_protection == "ternary" and self.r < self.clip_bound:
             raise ValueError(f"r={self.r} must be >= clip_bound={self.clip_bound} (r >= ||g||_inf)")
         if self.rank_dims >= self.dim:
             raise ValueError(f"rank_dims={self.rank_dims} must leave rating coordinates (< dim={self.dim})")
@@ -71,6 +76,10 @@ class TrainConfig(BaseModel):
                              # (0, 1/r)-DP per unit of the quantized vector; scaling by s first gives s/r per raw unit
                              "dp_delta_per_round": (self.grad_scale / self.r) if self.use_quantization else None},
             "participation": {"alpha": self.alpha},
+            "gradient_protection": {"kind": self.gradient_protection if self.use_quantization else None,
+                                    **({"delta": self.dgrec_delta, "strength": self.dgrec_strength,
+                                        "ldp_epsilon_per_element": self.dgrec_strength}
+                                       if self.use_quantization and self.gradient_protection == "dgrec" else {})},
         }
 
     def reg_factor(self, round_index: int) -> float:

@@ -26,6 +26,7 @@ from models.vertical import (
     softmax_rank_loss,
 )
 from services.crypto.projection import ProjectionSpec, project, projection_matrix, reconstruct
+from services.crypto.gradient_sharing import decode_1bit, encode_1bit
 from services.crypto.quantization import quantize_gradients
 from services.errors import ProtocolError
 from services.verfedgnn.config import (
@@ -230,10 +231,24 @@ class PartyTrainer:
         rng = np.random.default_rng([self.seed, party_number(self.party_id), self._round])
         gs = np.float32(self.config.grad_scale)
         scaled = grads if gs == 1 else {k: v * gs for k, v in grads.items()}
+        if self.config.gradient_protection == "dgrec":
+            packed = {k: self._dgrec(scaled[k], rng) for k in sorted(scaled)}
+            return GradientUpload(self.party_id, self._round, loss, quantized=packed, metrics=metrics)
         q = quantize_gradients(scaled, clip_bound=self.config.clip_bound, r=self.config.r, rng=rng)
         packed = {k: QuantizedArray(tuple(u.shape), float(u.r), np.asarray(u.indices, np.int64),
                                     np.asarray(u.signs, np.int8)) for k, u in q.items()}
         return GradientUpload(self.party_id, self._round, loss, quantized=packed, metrics=metrics)
+
+    def _dgrec(self, grad: np.ndarray, rng: np.random.Generator) -> QuantizedArray:
+        """DGREC 1-bit codes of every element, carried as a sign at every index with the decoding scale as r.
+
+        The coordinator's ternary decoding (r · sign at each index) is then exactly DGREC's unbiased
+        decoding δ(e^β+1)/(e^β−1) · code, so one wire format and one aggregation serve both.
+        """
+        c = self.config
+        bits = encode_1bit(grad, delta=c.dgrec_delta, strength=c.dgrec_strength, rng=rng)
+        scale = float(decode_1bit(np.ones(1, np.int8), delta=c.dgrec_delta, strength=c.dgrec_strength)[0])
+        return QuantizedArray(tuple(grad.shape), scale, np.arange(bits.size, dtype=np.int64), bits.ravel())
 
     # ---- state and serving ----------------------------------------------------------------
     def state_dict(self) -> dict[str, object]:

@@ -59,3 +59,22 @@ def test_ranking_run_adds_only_private_parameters() -> None:
     served = trainer.serving_model()
     assert served["rank_bias"].shape == (parties[0].n_items,) and int(served["rating_dim"]) == 3
     assert trainer.private.rank_bias is not None and float(trainer.private.rank_bias.detach().abs().sum()) > 0
+
+
+def test_dgrec_uploads_one_code_per_element_decoded_without_bias() -> None:
+    cfg = TrainConfig(dim=4, layers=2, thd=1.0, rank_weight=1.0, rank_dims=1, gradient_protection="dgrec",
+                      dgrec_delta=0.1, dgrec_strength=1.0)
+    fed = federation(cfg, tiny_parties())
+    trainer = fed.parties["p0"]
+    trainer.begin_round(round_index=0, public=fed.coordinator.public_params())
+    for k in range(cfg.layers):
+        y = trainer.layer_projection(layer=k)
+        trainer.receive_projection_sum(layer=k, others=np.zeros_like(y))
+    up = trainer.finish_round()
+    scale = 0.1 * (math.e + 1) / (math.e - 1)  # δ(e^β+1)/(e^β−1)
+    for name, q in up.quantized.items():
+        assert q.indices.size == int(np.prod(q.shape)) and set(np.unique(q.signs)) <= {-1, 1}, name
+        assert q.r == pytest.approx(scale)
+    assert cfg.privacy_record()["gradient_protection"] == {"kind": "dgrec", "delta": 0.1, "strength": 1.0,
+                                                           "ldp_epsilon_per_element": 1.0}
+    assert math.isfinite(federation(cfg, tiny_parties()).run_round(0).loss)  # the coordinator decodes and steps
