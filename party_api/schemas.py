@@ -2,11 +2,40 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import math
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
-ExternalId = StrictStr | StrictInt
+from services.protocol.ids import IdStr, checked_id
+
+# Every id goes through the one validation (services.protocol.ids): length, control characters, unicode.
+ExternalId = Annotated[StrictStr | StrictInt, AfterValidator(checked_id)]
+Timestamp = Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]  # stored as a 64-bit integer
+MAX_METADATA_DEPTH = 32
+
+
+def _finite_json(value: Any, depth: int = 0) -> None:
+    """Refuse NaN/Infinity (PostgreSQL's JSON has neither) and nesting deeper than MAX_METADATA_DEPTH."""
+    if depth > MAX_METADATA_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_METADATA_DEPTH} levels")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{value} is not a finite number (NaN and Infinity are not JSON)")
+    if isinstance(value, str) and "\x00" in value:
+        raise ValueError("NUL character in a string")
+    children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    for child in children:
+        _finite_json(child, depth + 1)
+
+
+def metadata_checked(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Pydantic validator of item metadata."""
+    if value is not None:
+        _finite_json(value)
+    return value
+
+
+Metadata = Annotated[dict[str, Any] | None, AfterValidator(metadata_checked)]
 MAX_JSON_ROWS = 50_000
 
 
@@ -17,7 +46,7 @@ class InteractionCreate(BaseModel):
     user_id: ExternalId
     item_id: ExternalId
     rating: float
-    timestamp: int | None = None
+    timestamp: Timestamp | None = None
 
 
 class InteractionBatchCreate(BaseModel):
@@ -48,7 +77,7 @@ class ItemCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     external_id: ExternalId
-    metadata: dict[str, Any] | None = None
+    metadata: Metadata = None
 
 
 class ItemBatchCreate(BaseModel):
@@ -144,8 +173,8 @@ class SplitRow(BaseModel):
     """A held-out rating: (user, item) scored on `split` instead of trained on."""
 
     model_config = ConfigDict(extra="forbid")
-    user_id: str = Field(min_length=1, max_length=255)
-    item_id: str = Field(min_length=1, max_length=255)
+    user_id: IdStr
+    item_id: IdStr
     split: Literal["train", "valid", "test"]
 
 
@@ -167,8 +196,8 @@ class PairIn(BaseModel):
     """One (user, item) pair to score."""
 
     model_config = ConfigDict(extra="forbid")
-    user_id: str = Field(min_length=1, max_length=255)
-    item_id: str = Field(min_length=1, max_length=255)
+    user_id: IdStr
+    item_id: IdStr
 
 
 class PredictionRequest(BaseModel):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from api_common.errors import error_responses
+from api_common.params import NamePath
 from api_common.guard import body_class
 from coordinator_api.deps import AdminDep, SessionDep
 from coordinator_api.schemas import PartyCreate, PartyRead, PartyUpdate
@@ -31,19 +32,19 @@ def register_party(body: PartyCreate, session: SessionDep) -> PartyRead:
 
 
 @router.get("/{party_id}", response_model=PartyRead)
-def get_party(party_id: str, session: SessionDep) -> PartyRead:
+def get_party(party_id: NamePath, session: SessionDep) -> PartyRead:
     """One party."""
     return _read(registry.get(session=session, party_id=party_id))
 
 
 @router.patch("/{party_id}", response_model=PartyRead, openapi_extra=body_class("small"))
-def update_party(party_id: str, body: PartyUpdate, session: SessionDep) -> PartyRead:
+def update_party(party_id: NamePath, body: PartyUpdate, session: SessionDep) -> PartyRead:
     """Change a party's URL, credential, role or enabled flag."""
     return _read(registry.update(session=session, party_id=party_id, **body.model_dump(exclude_unset=True)))
 
 
 @router.delete("/{party_id}", status_code=204)
-def remove_party(party_id: str, session: SessionDep) -> Response:
+def remove_party(party_id: NamePath, session: SessionDep) -> Response:
     """Remove a party from the registry."""
     registry.remove(session=session, party_id=party_id)
     return Response(status_code=204)

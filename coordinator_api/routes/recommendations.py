@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from api_common.errors import error_responses
+from api_common.params import IdPath
 from coordinator_api.deps import ApiKeyDep, ManagerDep, SessionDep
 from coordinator_api.schemas import MergedRecommendations
 from services.coordinator.fanout import merged_recommendations
@@ -16,7 +17,7 @@ router = APIRouter(prefix="/v1/users", tags=["recommendations"], dependencies=[A
 
 
 @router.get("/{user_id}/recommendations", response_model=MergedRecommendations)
-def recommendations(user_id: str, session: SessionDep, manager: ManagerDep,
+def recommendations(user_id: IdPath, session: SessionDep, manager: ManagerDep,
                     k: Annotated[int, Query(ge=1, le=1000)] = 10) -> MergedRecommendations:
     """Merge the parties' top-k lists for a user (predicted ratings first, popularity fallbacks after)."""
     return MergedRecommendations(**merged_recommendations(session=session, manager=manager, user_id=user_id, k=k))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from api_common.errors import error_responses
+from api_common.params import NamePath
 from api_common.guard import body_class
 from coordinator_api.deps import AdminDep, ManagerDep, SessionDep
 from coordinator_api.schemas import RoundRead, TrainingRunCreate, TrainingRunRead
@@ -49,14 +50,14 @@ def list_runs(session: SessionDep) -> list[TrainingRunRead]:
 
 
 @router.get("/{run_id}", response_model=TrainingRunRead)
-def get_run(run_id: str, session: SessionDep) -> TrainingRunRead:
+def get_run(run_id: NamePath, session: SessionDep) -> TrainingRunRead:
     """Status of one run."""
     run = runs.get(session=session, run_id=run_id)
     return _read(run, runs.rounds_of(session=session, run_id=run_id))
 
 
 @router.post("/{run_id}/cancel", response_model=TrainingRunRead, status_code=202)
-def cancel_run(run_id: str, session: SessionDep) -> TrainingRunRead:
+def cancel_run(run_id: NamePath, session: SessionDep) -> TrainingRunRead:
     """Cancel a run; it stops after its current step."""
     run = runs.cancel(session=session, run_id=run_id)
     return _read(run, runs.rounds_of(session=session, run_id=run_id))

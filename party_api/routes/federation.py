@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from api_common.errors import error_responses
+from api_common.params import LayerPath, NamePath, RoundPath
 from api_common.guard import body_class
 from party_api.deps import AdminDep, CacheDep, CoordinatorDep, FedDep, ProtocolDep, SessionDep
 from party_api.schemas import (
@@ -41,27 +42,27 @@ def _octets(data: bytes) -> Response:
 
 
 @router.post("/runs/{run_id}/psi/start", response_class=Response)
-async def psi_start(run_id: str, fed: FedDep) -> Response:
+async def psi_start(run_id: NamePath, fed: FedDep) -> Response:
     """Step 1 of PSI: this party's singly-blinded user list (32-byte points)."""
     return _octets(await run_in_threadpool(fed.psi_start, run_id=run_id))
 
 
 @router.post("/runs/{run_id}/psi/reblind", response_class=Response, openapi_extra=FEDERATION)
-async def psi_reblind(run_id: str, request: Request, fed: FedDep) -> Response:
+async def psi_reblind(run_id: NamePath, request: Request, fed: FedDep) -> Response:
     """Ring step of PSI: raise another party's points to this party's secret."""
     body = await request.body()
     return _octets(await run_in_threadpool(fed.psi_reblind, run_id=run_id, body=body))
 
 
 @router.post("/runs/{run_id}/psi/finish", response_model=PsiFinishResponse, openapi_extra=FEDERATION)
-async def psi_finish(run_id: str, request: Request, fed: FedDep) -> PsiFinishResponse:
+async def psi_finish(run_id: NamePath, request: Request, fed: FedDep) -> PsiFinishResponse:
     """Last PSI step: map the intersection tokens to own users and store the alignment."""
     body = await request.body()
     return PsiFinishResponse(n_users=await run_in_threadpool(fed.psi_finish, run_id=run_id, body=body))
 
 
 @router.post("/runs/{run_id}/configure", response_model=ConfigureResponse, openapi_extra=SMALL)
-def configure(run_id: str, body: ConfigureRequest, fed: FedDep) -> ConfigureResponse:
+def configure(run_id: NamePath, body: ConfigureRequest, fed: FedDep) -> ConfigureResponse:
     """Open a run: engine config and seed; answers M_p and training-rating sums."""
     if body.run_id != run_id:
         raise ProtocolError("run_id in body and path differ", extra={"field": "run_id"})
@@ -69,14 +70,14 @@ def configure(run_id: str, body: ConfigureRequest, fed: FedDep) -> ConfigureResp
 
 
 @router.post("/runs/{run_id}/start", response_model=StartResponse, openapi_extra=SMALL)
-def start(run_id: str, body: StartRequest, fed: FedDep) -> StartResponse:
+def start(run_id: NamePath, body: StartRequest, fed: FedDep) -> StartResponse:
     """Build (or restore) the trainer with the public totals."""
     return fed.start(run_id=run_id, request=body)
 
 
 @router.post("/runs/{run_id}/rounds/{round_index}/begin", response_model=AckResponse,
              openapi_extra=FEDERATION)
-async def begin(run_id: str, round_index: int, attempt: Attempt, request: Request, fed: FedDep) -> AckResponse:
+async def begin(run_id: NamePath, round_index: RoundPath, attempt: Attempt, request: Request, fed: FedDep) -> AckResponse:
     """Public parameters down (npz); a repeated call is answered from the cache."""
     body = await request.body()
     cached = await run_in_threadpool(fed.begin, run_id=run_id, round_index=round_index, attempt=attempt, body=body)
@@ -84,7 +85,7 @@ async def begin(run_id: str, round_index: int, attempt: Attempt, request: Reques
 
 
 @router.post("/runs/{run_id}/rounds/{round_index}/layers/{layer}/projection", response_class=Response)
-async def projection(run_id: str, round_index: int, layer: int, attempt: Attempt, fed: FedDep) -> Response:
+async def projection(run_id: NamePath, round_index: RoundPath, layer: LayerPath, attempt: Attempt, fed: FedDep) -> Response:
     """Y_p^k = Φ X_p^k up (npy float32 (q, D))."""
     return _octets(await run_in_threadpool(fed.projection, run_id=run_id, round_index=round_index,
                                            attempt=attempt, layer=layer))
@@ -92,7 +93,7 @@ async def projection(run_id: str, round_index: int, layer: int, attempt: Attempt
 
 @router.post("/runs/{run_id}/rounds/{round_index}/layers/{layer}/others", response_model=AckResponse,
              openapi_extra=FEDERATION)
-async def others(run_id: str, round_index: int, layer: int, attempt: Attempt, request: Request,
+async def others(run_id: NamePath, round_index: RoundPath, layer: LayerPath, attempt: Attempt, request: Request,
                  fed: FedDep) -> AckResponse:
     """The relayed sum of the other parties' projections down (npy)."""
     body = await request.body()
@@ -102,13 +103,13 @@ async def others(run_id: str, round_index: int, layer: int, attempt: Attempt, re
 
 
 @router.post("/runs/{run_id}/rounds/{round_index}/finish", response_class=Response)
-async def finish(run_id: str, round_index: int, attempt: Attempt, fed: FedDep) -> Response:
+async def finish(run_id: NamePath, round_index: RoundPath, attempt: Attempt, fed: FedDep) -> Response:
     """Quantized sparse gradients + metric sums up (binary)."""
     return _octets(await run_in_threadpool(fed.finish, run_id=run_id, round_index=round_index, attempt=attempt))
 
 
 @router.post("/runs/{run_id}/publish", response_model=PublishResponse, openapi_extra=SMALL)
-def publish(run_id: str, body: PublishRequest, fed: FedDep, cache: CacheDep) -> PublishResponse:
+def publish(run_id: NamePath, body: PublishRequest, fed: FedDep, cache: CacheDep) -> PublishResponse:
     """Store the serving model of the run."""
     version = fed.publish(run_id=run_id, round_index=body.round_index)
     cache.refresh()  # this process serves the new model from the answer on

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from api_common.errors import error_responses
+from api_common.params import IdPath
 from party_api.deps import CacheDep, ServingCallerDep
 from party_api.schemas import PredictionRequest, PredictionResponse, RecommendationResponse
 from services.party import serving
@@ -28,7 +29,7 @@ async def predict(body: PredictionRequest, cache: CacheDep) -> dict[str, Any]:
 
 
 @router.get("/users/{user_id}/recommendations", response_model=RecommendationResponse)
-async def recommend(user_id: str, cache: CacheDep,
+async def recommend(user_id: IdPath, cache: CacheDep,
                     k: Annotated[int, Query(ge=1, le=serving.MAX_K)] = 10) -> dict[str, Any]:
     """Top-k unrated items of this party's catalogue for a user."""
     return await cache.run(lambda: serving.recommend(snapshot=cache.get(), user_id=user_id, k=k))

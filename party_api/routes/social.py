@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, Response
 from starlette.concurrency import run_in_threadpool
 
 from api_common.errors import error_responses
+from api_common.params import NamePath
 from api_common.guard import body_class
 from party_api.deps import CoordinatorDep, SocialBodyDep, SocialDep
 from services.protocol.social import SOCIAL_MEDIA_TYPE, SocialSessionCreate, SocialSessionRead
@@ -43,13 +44,13 @@ def open_session(body: SocialSessionCreate, social: SocialDep) -> SocialSessionR
 
 
 @router.post("/sessions/{session_id}/epochs", response_model=dict[str, Any])
-def begin_epoch(session_id: str, social: SocialDep) -> dict[str, Any]:
+def begin_epoch(session_id: NamePath, social: SocialDep) -> dict[str, Any]:
     """Start an epoch; [X] must be uploaded again before the next product."""
     return social.begin_epoch(session_id=session_id)
 
 
 @router.put("/sessions/{session_id}/x", status_code=204, response_class=Response, openapi_extra=SOCIAL)
-async def upload_x(session_id: str, social: SocialDep, body: SocialBodyDep,
+async def upload_x(session_id: NamePath, social: SocialDep, body: SocialBodyDep,
                    offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0) -> Response:
     """Upload rows [offset, offset + rows) of [X] (EncryptedMatrix bytes)."""
     await run_in_threadpool(social.upload_x, session_id=session_id, offset=offset, body=body)
@@ -57,26 +58,26 @@ async def upload_x(session_id: str, social: SocialDep, body: SocialBodyDep,
 
 
 @router.post("/sessions/{session_id}/forward", response_class=Response, openapi_extra=SOCIAL)
-async def forward(session_id: str, social: SocialDep, body: SocialBodyDep) -> Response:
+async def forward(session_id: NamePath, social: SocialDep, body: SocialBodyDep) -> Response:
     """Packed [(B L_sym) X W_P2 + Z] for the posted .npy user batch (409 once the budget is spent)."""
     return _octets(await run_in_threadpool(social.forward, session_id=session_id, body=body))
 
 
 @router.post("/sessions/{session_id}/backward", response_class=Response, openapi_extra=SOCIAL)
-async def backward(session_id: str, social: SocialDep, body: SocialBodyDep) -> Response:
+async def backward(session_id: NamePath, social: SocialDep, body: SocialBodyDep) -> Response:
     """Packed [(B L_sym B^T) G W_P2^T + Z'] for the framed (users, [G]) body."""
     return _octets(await run_in_threadpool(social.backward, session_id=session_id, body=body))
 
 
 @router.post("/sessions/{session_id}/x/updates", status_code=204, response_class=Response,
              openapi_extra=SOCIAL)
-async def update_x(session_id: str, social: SocialDep, body: SocialBodyDep) -> Response:
+async def update_x(session_id: NamePath, social: SocialDep, body: SocialBodyDep) -> Response:
     """[X_B] += [dX_B] for the framed (users, [dX]) body."""
     await run_in_threadpool(social.update, session_id=session_id, body=body)
     return Response(status_code=204)
 
 
 @router.get("/sessions/{session_id}/privacy", response_model=dict[str, Any])
-def privacy(session_id: str, social: SocialDep) -> dict[str, Any]:
+def privacy(session_id: NamePath, social: SocialDep) -> dict[str, Any]:
     """Epsilon spent, delta, sigma, clipping norm, batches served."""
     return social.privacy(session_id=session_id)

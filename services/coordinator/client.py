@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from urllib.parse import quote
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
@@ -31,6 +32,16 @@ from services.verfedgnn.messages import (
 from services.verfedgnn.types import GradientUpload
 
 PROTOCOL_HEADER = "X-Fedrec-Protocol"
+
+
+def party_path(*segments: str | int) -> str:
+    """An absolute path from segments, each percent-encoded whole: a caller's id can never add a
+    segment ('/'), a query ('?'), a fragment ('#') or a dot segment ('..') to what a party is asked."""
+    encoded = []
+    for segment in map(str, segments):
+        part = quote(segment, safe="")
+        encoded.append(part.replace(".", "%2E") if set(segment) <= {"."} else part)
+    return "/" + "/".join(encoded)
 
 
 class TrafficCounter:
@@ -134,31 +145,36 @@ class PartyClient:
 
     # ---- the party federation API (/v1/federation): its paths are spelled here only ----------
     @staticmethod
-    def _run_path(run_id: str) -> str:
-        return f"/v1/federation/runs/{run_id}"
+    def _run_path(run_id: str, *step: str | int) -> str:
+        return party_path("v1", "federation", "runs", run_id, *step)
 
-    def _step_path(self, run_id: str, round_index: int, attempt: int, step: str) -> str:
-        return f"{self._run_path(run_id)}/rounds/{round_index}/{step}?attempt={attempt}"
+    def _step_path(self, run_id: str, round_index: int, attempt: int, *step: str | int) -> str:
+        return self._run_path(run_id, "rounds", round_index, *step) + f"?attempt={int(attempt)}"
+
+    def recommendations(self, *, user_id: str, k: int) -> dict[str, Any]:
+        """Serving fan-out: the party's top-k for a user, asked with the coordinator's credential."""
+        return self.get_json(party_path("v1", "users", user_id, "recommendations"), params={"k": k},
+                             headers={"Authorization": f"Bearer {self.endpoint.token}"})
 
     def psi_start(self, *, run_id: str) -> bytes:
         """PSI step 1: the party's singly-blinded user list (concatenated points)."""
-        return self.post_bytes(f"{self._run_path(run_id)}/psi/start")
+        return self.post_bytes(self._run_path(run_id, "psi", "start"))
 
     def psi_reblind(self, *, run_id: str, points: bytes) -> bytes:
         """PSI ring step: another party's points raised to this party's secret, order kept."""
-        return self.post_bytes(f"{self._run_path(run_id)}/psi/reblind", points)
+        return self.post_bytes(self._run_path(run_id, "psi", "reblind"), points)
 
     def psi_finish(self, *, run_id: str, body: bytes) -> int:
         """Last PSI step (npz of own and intersection tokens); returns the aligned user count."""
-        return int(json.loads(self.post_bytes(f"{self._run_path(run_id)}/psi/finish", body))["n_users"])
+        return int(json.loads(self.post_bytes(self._run_path(run_id, "psi", "finish"), body))["n_users"])
 
     def configure(self, *, request: ConfigureRequest) -> ConfigureResponse:
         """Open a run at the party; it answers its item count and training-rating sums."""
-        return ConfigureResponse(**self.post_json(f"{self._run_path(request.run_id)}/configure", request.model_dump()))
+        return ConfigureResponse(**self.post_json(self._run_path(request.run_id, "configure"), request.model_dump()))
 
     def start(self, *, run_id: str, request: StartRequest) -> StartResponse:
         """Build (or restore) the party's trainer with the public totals."""
-        return StartResponse(**self.post_json(f"{self._run_path(run_id)}/start", request.model_dump()))
+        return StartResponse(**self.post_json(self._run_path(run_id, "start"), request.model_dump()))
 
     def begin(self, *, run_id: str, round_index: int, attempt: int, public: bytes) -> None:
         """Round step: the packed public parameters down."""
@@ -166,12 +182,12 @@ class PartyClient:
 
     def projection(self, *, run_id: str, round_index: int, attempt: int, layer: int) -> np.ndarray:
         """Round step: the party's projected aggregate Y_p^k up."""
-        path = self._step_path(run_id, round_index, attempt, f"layers/{layer}/projection")
+        path = self._step_path(run_id, round_index, attempt, "layers", layer, "projection")
         return decode_array(self.post_bytes(path), dtype=np.float32)
 
     def others(self, *, run_id: str, round_index: int, attempt: int, layer: int, others: np.ndarray) -> None:
         """Round step: the relayed sum of the other parties' projections down."""
-        self.post_bytes(self._step_path(run_id, round_index, attempt, f"layers/{layer}/others"), encode_array(others))
+        self.post_bytes(self._step_path(run_id, round_index, attempt, "layers", layer, "others"), encode_array(others))
 
     def finish(self, *, run_id: str, round_index: int, attempt: int) -> GradientUpload:
         """Round step: the party's protected gradients and metric sums up (checked to be its own, this round)."""
@@ -180,7 +196,7 @@ class PartyClient:
 
     def publish(self, *, run_id: str, round_index: int) -> int:
         """Store the run's serving model at the party; returns its version."""
-        return int(self.post_json(f"{self._run_path(run_id)}/publish", {"round_index": round_index})["version"])
+        return int(self.post_json(self._run_path(run_id, "publish"), {"round_index": round_index})["version"])
 
 
 class HttpPartyLink:

@@ -24,14 +24,13 @@ def merged_recommendations(*, session: Session, manager: RunManager, user_id: st
     def ask(c: PartyClient) -> dict[str, Any] | str | None:
         """The party's top-k; None when it does not know the user; a reason when it refused."""
         try:
-            return c.get_json(f"/v1/users/{user_id}/recommendations", params={"k": k},
-                              headers={"Authorization": f"Bearer {c.endpoint.token}"})
+            return c.recommendations(user_id=user_id, k=k)
         except NotFound:
             return None
         except PartyUnavailable:
             raise
         except DomainError as exc:  # it answered (e.g. no model published yet): listed, not "unavailable"
-            return f"{exc.code}: {exc.detail}"
+            return exc.code  # the code only: a party's error detail is not the app's to read
 
     answers, failures = fan_out(manager._pool, clients, ask)
     items: list[dict[str, Any]] = []

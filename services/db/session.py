@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
@@ -22,6 +23,20 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA secure_delete=ON")  # deleted rows (an erased user) are overwritten, not left in free pages
     cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cursor.close()
+
+
+def is_write_conflict(exc: BaseException) -> bool:
+    """A failure caused by a concurrent writer (safe to retry): a row this transaction referred to was
+    deleted under it (foreign key), a deadlock or serialization failure, or SQLite's lock held too long."""
+    if isinstance(exc, DBAPIError):
+        exc = exc.orig or exc
+    name = type(exc).__name__
+    message = str(exc).lower()
+    if name in ("ForeignKeyViolation", "UniqueViolation", "DeadlockDetected", "SerializationFailure"):
+        return True
+    if name == "IntegrityError":  # sqlite3 (no subclasses): a foreign key or unique race
+        return "foreign key" in message or "unique" in message
+    return name == "OperationalError" and ("locked" in message or "deadlock" in message)
 
 
 def make_engine(database_url: str) -> Engine:

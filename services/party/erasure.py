@@ -27,7 +27,8 @@ from sqlalchemy import delete, or_, select, text
 from sqlalchemy.orm import Session
 
 from services.db.party_tables import Interaction, ModelArtifact, SocialLink, User
-from services.errors import NotFound
+from services.db.session import is_write_conflict
+from services.errors import Conflict, NotFound
 from services.party.serving import mark_changed
 from services.protocol.federation import pack_tree, unpack_tree
 
@@ -107,6 +108,12 @@ def erase_user(*, session: Session, external_id: str, federation: FederationServ
         rewritten, runs = _rewrite_artifacts(session, external_id)
         mark_changed(session=session)  # every serving process rebuilds without the user
         session.commit()
+    except Exception as exc:
+        session.rollback()
+        if is_write_conflict(exc):  # an upload for this user committed in between: erase again
+            raise Conflict("a concurrent upload wrote data of this user; nothing was erased, retry it",
+                           extra={"retryable": True}) from exc
+        raise
     except BaseException:
         session.rollback()
         raise

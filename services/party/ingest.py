@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -12,10 +11,10 @@ from typing import Any, BinaryIO, Literal
 
 import numpy as np
 from sqlalchemy import Table
-from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from services.db.party_tables import Item, User
+from services.db.session import is_write_conflict
 from services.errors import Conflict, ValidationFailed
 from services.party.serving import mark_changed
 from services.party.validation import (
@@ -29,6 +28,14 @@ from services.party.validation import (
     ndjson_batches,
     records_batch,
 )
+
+CONCURRENT = ("the database is busy with a concurrent write (another upload or an erasure of a user this "
+              "request refers to); nothing was stored, retry it")
+
+
+class _Vanished(Exception):
+    """An id this request resolved was deleted by a concurrent erasure."""
+
 
 Kind = Literal["interactions", "social_links"]
 Format = Literal["csv", "ndjson"]
@@ -168,6 +175,9 @@ class _Writer:
                 out.update(cursor.fetchall())
         finally:
             cursor.close()
+        missing = [e for e in externals if e not in out]
+        if missing:  # inserted or found, then erased by a concurrent request before the lookup
+            raise _Vanished(missing[0])
         return np.fromiter((out[e] for e in externals), np.int64, count=len(externals))
 
     def write(self, target: _Target, columns: Sequence[Iterable[Any]]) -> None:
@@ -279,12 +289,16 @@ def _run(session: Session, loader: _Loader, batches: Iterator[Batch]) -> IngestR
         loader.finish()
         mark_changed(session=session)  # serving rebuilds its snapshot (new users, new rated items)
         session.commit()
-    except (sqlite3.OperationalError, OperationalError) as exc:
+    except _Vanished as exc:
         session.rollback()
-        if "locked" not in str(exc):
+        raise Conflict(CONCURRENT, extra={"retryable": True}) from exc
+    except Exception as exc:
+        session.rollback()
+        if not is_write_conflict(exc):
             raise
-        # SQLite has one writer: another upload held the lock past the busy timeout.
-        raise Conflict("the database is busy with another write; retry later") from exc
+        # SQLite's one writer held the lock past the busy timeout, or (PostgreSQL) an erasure removed a
+        # user this request had resolved: nothing was stored, and the same request may simply be sent again.
+        raise Conflict(CONCURRENT, extra={"retryable": True}) from exc
     except BaseException:
         session.rollback()
         raise

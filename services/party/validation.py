@@ -12,12 +12,14 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from services.db.party_tables import EXTERNAL_ID_MAX
+from services.protocol.ids import id_problem
 from services.errors import ValidationFailed
 
 MAX_ERRORS = 20
 BLOCK_CHARS_PER_ROW = 24  # block size of the unquoted CSV fast path, per requested row
 MAX_LINE_CHARS = 1 << 20  # a longer line is refused rather than buffered
+MAX_HEADER_CHARS = 4096  # a header names at most four short columns
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # timestamps are stored as 64-bit integers
 
 
 @dataclass(frozen=True)
@@ -117,11 +119,19 @@ def csv_batches(
     text: TextIO, spec: RowSpec, *, batch_rows: int, errors: ErrorLog
 ) -> Iterator[Batch]:
     """Stream CSV rows (header first) as batches of roughly batch_rows rows."""
-    header_line = text.readline()
+    header_line = text.readline(MAX_HEADER_CHARS + 1)
     if not header_line.strip():
         errors.add(0, None, "empty body: expected a header row")
         errors.raise_if_any()
-    header = next(csv.reader([header_line]))
+    if len(header_line) > MAX_HEADER_CHARS:
+        errors.add(0, None, f"header line longer than {MAX_HEADER_CHARS} characters")
+        errors.raise_if_any()
+    try:
+        header = next(csv.reader([header_line], strict=True))
+    except csv.Error as exc:
+        errors.add(0, None, f"malformed CSV header: {exc}")
+        errors.raise_if_any()
+        raise  # unreachable: raise_if_any raised
     positions = check_header(spec, header, errors)
     first, width = 1, len(header)
     while not errors.full:
@@ -261,11 +271,15 @@ def _ints(
         out: list[int | None] = []
         for k, cell in enumerate(col):
             try:
-                out.append(int(cell))
+                number = int(cell)
             except ValueError:
+                number = None
+            if number is None or not INT64_MIN <= number <= INT64_MAX:
                 out.append(None)
                 bad[k] = True
-                errors.add(int(rows[k]), field, f"{cell!r} is not an integer")
+                errors.add(int(rows[k]), field, f"{cell[:40]!r} is not a 64-bit integer")
+            else:
+                out.append(number)
         return out
 
 
@@ -287,6 +301,9 @@ def ndjson_batches(
                 records.append(None)
                 reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
                 errors.add(first + k, None, f"invalid JSON: {reason}")
+            except RecursionError:  # a line nested thousands deep
+                records.append(None)
+                errors.add(first + k, None, "invalid JSON: nested too deeply")
         yield records_batch(records, spec, errors=errors, first=first)
         first += len(chunk)
 
@@ -347,8 +364,9 @@ def _record(
         errors.add(row, spec.value, "must be a number")
         return None
     stamp = rec.get(spec.timestamp) if spec.timestamp else None
-    if stamp is not None and (isinstance(stamp, bool) or not isinstance(stamp, int)):
-        errors.add(row, spec.timestamp, "must be an integer or null")
+    if stamp is not None and (isinstance(stamp, bool) or not isinstance(stamp, int)
+                              or not INT64_MIN <= stamp <= INT64_MAX):
+        errors.add(row, spec.timestamp, "must be a 64-bit integer or null")
         return None
     return ids[0], ids[1], float(value), stamp
 
@@ -370,9 +388,8 @@ def check_values(
         for k in np.flatnonzero(~ok)[: errors.limit].tolist():
             errors.add(int(batch.rows[k]), spec.value, f"{v[k]} outside {bounds}")
     for name, col in ((spec.left, batch.left), (spec.right, batch.right)):
-        bad_ids = {x for x in set(col) if not x or len(x) > EXTERNAL_ID_MAX}
+        bad_ids = {x: reason for x in set(col) if (reason := id_problem(x)) is not None}
         if bad_ids:
             for k, x in enumerate(col):
                 if x in bad_ids:
-                    reason = "empty id" if not x else f"id longer than {EXTERNAL_ID_MAX} characters"
-                    errors.add(int(batch.rows[k]), name, reason)
+                    errors.add(int(batch.rows[k]), name, bad_ids[x])
