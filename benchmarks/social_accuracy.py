@@ -3,7 +3,8 @@
 Usage: python benchmarks/social_accuracy.py --data ../shared/data/ciaodvd --seeds 3 --epsilon 10
   --format filmtrust|ciaodvd|csv (detected when left out), --links FILE (CSV pair: the links file)
   --design once (default: one summary release under the whole budget + validated fusion) or
-  per-epoch (the paper's schedule: forward and backward products every epoch compose).
+  per-epoch (the paper's schedule: forward and backward products every epoch compose; --variants picks
+  from services.evaluation.social.run_variant, e.g. dp,dp-forward,nodp,lightgcn,dp-nolinks,fusion-only).
 Slices of the test ratings: all, cold_start (the user has <= 5 training ratings), with_links, without_links.
 """
 
@@ -38,14 +39,16 @@ from services.evaluation.social import (
 from services.evaluation.social_comm import communication_report
 from services.p4gcn.trainer import SocialData, SocialTrainConfig, index_dataset
 
-PER_EPOCH = {"lightgcn": "lightgcn", "p4gcn_nodp": "nodp", "p4gcn_dp": "dp"}
+PER_EPOCH_NAMES = {"lightgcn": "lightgcn", "nodp": "p4gcn_nodp", "dp": "p4gcn_dp"}
 
 
-def per_epoch(data: SocialData, cfg: SocialTrainConfig, epsilon: float, delta: float) -> dict[str, VariantResult]:
+def per_epoch(data: SocialData, cfg: SocialTrainConfig, epsilon: float, delta: float,
+              variants: list[str]) -> dict[str, VariantResult]:
     """The paper's schedule (products every epoch), scored on the same slices."""
     masks = slice_masks(data, data.test)
     out = {}
-    for name, variant in PER_EPOCH.items():
+    for variant in variants:
+        name = PER_EPOCH_NAMES.get(variant, variant)
         res = run_variant(data, variant=variant, model_config=FILMTRUST_MODEL, config=cfg, epsilon=epsilon,
                           delta=delta)
         out[name] = VariantResult(res.test_pred, slice_metrics(res.test_pred, data.test, masks),
@@ -53,17 +56,23 @@ def per_epoch(data: SocialData, cfg: SocialTrainConfig, epsilon: float, delta: f
     return out
 
 
-def summarise(per_seed: list[dict[str, VariantResult]]) -> dict[str, dict[str, dict[str, float]]]:
+def _stat(values: np.ndarray, f: Any) -> float | None:
+    """f over the seeds where the slice is not empty (None when it is empty in every seed)."""
+    kept = values[~np.isnan(values)]
+    return round(float(f(kept)), 4) if kept.size else None
+
+
+def summarise(per_seed: list[dict[str, VariantResult]]) -> dict[str, dict[str, dict[str, float | None]]]:
     """Mean and std over seeds of RMSE and MAE, per variant and slice."""
-    out: dict[str, dict[str, dict[str, float]]] = {}
+    out: dict[str, dict[str, dict[str, float | None]]] = {}
     for variant in per_seed[0]:
         out[variant] = {}
         for s in SLICES:
             rmse = np.array([r[variant].slices[s]["rmse"] for r in per_seed])
             mae = np.array([r[variant].slices[s]["mae"] for r in per_seed])
             n = np.array([r[variant].slices[s]["n"] for r in per_seed])
-            out[variant][s] = {"rmse": round(float(rmse.mean()), 4), "rmse_std": round(float(rmse.std()), 4),
-                               "mae": round(float(mae.mean()), 4), "ratings": int(n.mean())}
+            out[variant][s] = {"rmse": _stat(rmse, np.mean), "rmse_std": _stat(rmse, np.std),
+                               "mae": _stat(mae, np.mean), "ratings": int(n.mean())}
     return out
 
 
@@ -78,6 +87,8 @@ def main() -> None:
     ap.add_argument("--epsilon", type=float, default=10.0)
     ap.add_argument("--delta", type=float, default=1e-4)
     ap.add_argument("--design", choices=("once", "per-epoch"), default="once")
+    ap.add_argument("--variants", default="lightgcn,nodp,dp",
+                    help="per-epoch design: variants of services.evaluation.social.run_variant (dp and lightgcn needed)")
     ap.add_argument("--ema-decay", type=float, default=0.97, help="weight EMA of the rating party (0: off)")
     ap.add_argument("--key-bits", type=int, default=0, help="> 0 adds the per-epoch communication measurement")
     args = ap.parse_args()
@@ -97,7 +108,7 @@ def main() -> None:
             res = run_once(data, model_config=FILMTRUST_MODEL, config=cfg, epsilon=args.epsilon, delta=args.delta,
                            variants=ONCE_VARIANTS)
         else:
-            res = per_epoch(data, cfg, args.epsilon, args.delta)
+            res = per_epoch(data, cfg, args.epsilon, args.delta, args.variants.split(","))
         per_seed.append(res)
         for v, r in res.items():
             print(f"seed {seed} {v}: " + " ".join(f"{s} {r.slices[s]['rmse']:.4f}" for s in SLICES)

@@ -66,9 +66,9 @@ def communication_report(data: SocialData | str, *, key_bits: int = 2048, epochs
                          chunk_rows: int = 256, seed: int = 0) -> dict[str, Any]:
     """GB exchanged between the two parties for `epochs` epochs, per schedule, with its breakdown."""
     if isinstance(data, str):
-        from services.data.filmtrust import load_filmtrust
+        from services.data.social import load_social
 
-        data = index_dataset(load_filmtrust(data, seed=seed, ratios=(0.8, 0.1, 0.1)))
+        data = index_dataset(load_social(data, seed=seed, ratios=(0.8, 0.1, 0.1)))
     session = PaillierSession.generate(key_bits)
     try:
         lap = normalized_laplacian(data.adjacency)

@@ -9,8 +9,8 @@ gets the whole (ε, δ). Everything after it (fitting, evaluation, serving) is p
 
 Fusion that cannot hurt: on its own validation ratings the rating party fits a ridge regression of
 the base model's residuals, first on local features of the user (intercept, cold start, 1/(1 + n_u),
-no ratings), then on social features (Y_u, Y_u gated by 1/(1 + n_u) and by "no ratings", and Y_u ⊗
-the item's principal components). The social part enters with a weight w chosen with the ridge
+no ratings; kept only if it passes the same cross-validated test), then on social features (Y_u,
+Y_u gated by 1/(1 + n_u) and by "no ratings", and Y_u ⊗ the item's principal components). The social part enters with a weight w chosen with the ridge
 penalty by grouped (by user) cross-validation on the validation ratings; w > 0 only if the
 cross-validated gain over w = 0 exceeds one standard error, so the rating party keeps the social
 signal only where held-out ratings say it helps beyond noise; w is in the run record.
@@ -116,7 +116,7 @@ class Fusion:
 
     def record(self) -> dict[str, Any]:
         """The fusion's choices for the run record."""
-        return {"social_weight": self.weight, "ridge_alpha": self.alpha,
+        return {"social_weight": self.weight, "ridge_alpha": self.alpha, "local_head": bool(np.any(self.local)),
                 "cv_mse": {k: round(v, 6) for k, v in self.cv_mse.items()}}
 
 
@@ -127,25 +127,34 @@ def _clustered_se(gain: np.ndarray, users: np.ndarray) -> float:
     return float(np.sqrt(per_user.size * per_user.var()) / gain.size)
 
 
+def _cv(f: np.ndarray, r: np.ndarray, folds: np.ndarray, alpha: float) -> np.ndarray:
+    """Held-out ridge predictions: each fold predicted by the fit on the other folds."""
+    out = np.zeros_like(r)
+    for k in np.unique(folds):
+        held = folds == k
+        out[held] = f[held] @ _ridge(f[~held], r[~held], alpha)
+    return out
+
+
 def fit_fusion(resid: np.ndarray, local: np.ndarray, social: np.ndarray | None, users: np.ndarray,
                config: FusionConfig) -> Fusion:
     """Fit the local head, then pick (alpha, w) for the social head by grouped CV (w = 0: local only).
 
-    The social head is kept only if its cross-validated gain over w = 0 exceeds one (user-clustered)
-    standard error: a gain inside the noise of the validation ratings is not taken.
+    Each head is kept only if its cross-validated gain (folds grouped by user) exceeds one
+    user-clustered standard error: a gain inside the noise of the validation ratings is not taken.
+    The local head is the same for every variant, so it never separates them.
     """
-    beta = _ridge(local, resid, 1e-3)
+    folds = np.random.default_rng([config.seed, 3]).integers(0, config.folds, users.max() + 1)[users]
+    local_gain = resid**2 - (resid - _cv(local, resid, folds, 1e-3)) ** 2
+    keep_local = local_gain.mean() > _clustered_se(local_gain, users)
+    beta = _ridge(local, resid, 1e-3) if keep_local else np.zeros(local.shape[1])
     if social is None:
         return Fusion(beta)
     r2 = resid - local @ beta
-    folds = np.random.default_rng([config.seed, 3]).integers(0, config.folds, users.max() + 1)[users]
     cv: dict[str, float] = {"w=0": float(np.mean(r2**2))}
     best = (0.0, 0.0, 0.0, 0.0)  # (gain, se, w, alpha)
     for alpha in config.alphas:
-        out = np.zeros_like(r2)
-        for k in range(config.folds):
-            held = folds == k
-            out[held] = social[held] @ _ridge(social[~held], r2[~held], alpha)
+        out = _cv(social, r2, folds, alpha)
         for w in (w for w in config.weights if w > 0):
             gain = r2**2 - (r2 - w * out) ** 2
             cv[f"alpha={alpha:g},w={w:g}"] = cv["w=0"] - float(gain.mean())
