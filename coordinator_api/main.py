@@ -9,7 +9,7 @@ from fastapi import FastAPI
 
 from api_common.errors import install_error_handlers
 from api_common.guard import install_guard
-from api_common.openapi import operation_id
+from api_common.openapi import document_guard, operation_id
 from coordinator_api.deps import header_checks
 from coordinator_api.routes import ROUTERS
 from services.config import CoordinatorSettings
@@ -39,6 +39,7 @@ def create_app(settings: CoordinatorSettings, *, resume: bool = True) -> FastAPI
                   generate_unique_id_function=operation_id)
     app.state.settings = settings
     install_error_handlers(app)
+    document_guard(app)
     install_guard(app, settings=settings, checks=header_checks(settings))
     for router in ROUTERS:
         app.include_router(router)

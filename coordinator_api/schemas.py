@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
+
+
+def _utc(value: Any) -> Any:
+    """SQLite hands back naive datetimes; every stored time is UTC, so say so (RFC 3339 with offset)."""
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
+
+
+Timestamp = Annotated[AwareDatetime, BeforeValidator(_utc)]
 
 
 class HealthRead(BaseModel):
@@ -89,8 +99,8 @@ class TrainingRunRead(BaseModel):
     bytes_sent: dict[str, int]
     bytes_received: dict[str, int]
     rounds: list[RoundRead]
-    created_at: datetime
-    updated_at: datetime
+    created_at: Timestamp
+    updated_at: Timestamp
 
 
 class MergedItem(BaseModel):

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api_common.errors import install_error_handlers
 from api_common.guard import install_guard
-from api_common.openapi import operation_id
+from api_common.openapi import document_guard, operation_id
 from party_api.deps import header_checks
 from party_api.routes import ROUTERS
 from services.config import PartySettings
@@ -60,6 +60,7 @@ def create_app(settings: PartySettings) -> FastAPI:
     )
     app.state.settings = settings
     install_error_handlers(app)
+    document_guard(app)
     install_guard(app, settings=settings, checks=header_checks(settings),
                   extra_limits={"social": settings.social_max_body_bytes})
     for router in ROUTERS:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,7 @@ from services.p4gcn.party import SocialParty, SocialPartyConfig, paillier_social
 from services.protocol.social import SocialSessionCreate, decode_users, unframe
 
 MAX_SESSIONS = 8
+SESSION_IDLE_S = 3600.0  # a session unused this long is closed (its graph, keys and worker processes freed)
 
 
 def load_links(session: Session) -> SocialLinks:
@@ -48,6 +50,7 @@ class SocialService:
         self._parties: dict[str, tuple[SocialParty, PaillierPublicKey, threading.Lock]] = {}
         self._lock = threading.Lock()
         self._users: dict[str, frozenset[str]] = {}  # aligned users of each session (erasure closes theirs)
+        self._used: dict[str, float] = {}  # last use of each session (idle ones expire)
 
     def open(self, *, request: SocialSessionCreate) -> tuple[str, SocialParty]:
         """Build L_sym over the given aligned users and a fresh W_P2; returns (session id, party)."""
@@ -72,12 +75,14 @@ class SocialService:
             except Exception:
                 self._close(party)
                 raise
+            self._expire_idle()
             if len(self._parties) >= MAX_SESSIONS:
                 oldest = next(iter(self._parties))
                 self._close(self._parties.pop(oldest)[0])
                 self._users.pop(oldest, None)
             self._parties[sid] = (party, public_key, threading.Lock())
             self._users[sid] = frozenset(request.user_ids)
+            self._used[sid] = time.monotonic()
         return sid, party
 
     @staticmethod
@@ -89,7 +94,10 @@ class SocialService:
     def get(self, session_id: str) -> tuple[SocialParty, PaillierPublicKey, threading.Lock]:
         """The session's party, key and lock (operations on one session run one at a time), or NotFound."""
         with self._lock:
+            self._expire_idle()
             found = self._parties.get(session_id)
+            if found is not None:
+                self._used[session_id] = time.monotonic()
         if found is None:
             raise NotFound(f"social session {session_id!r} not found")
         return found
@@ -147,6 +155,16 @@ class SocialService:
         party, _, lock = self.get(session_id)
         with lock:
             return party.privacy_record()
+
+    def _expire_idle(self) -> None:
+        """Close sessions idle for SESSION_IDLE_S (the caller holds the lock)."""
+        now = time.monotonic()
+        for sid in [s for s, used in self._used.items() if now - used > SESSION_IDLE_S]:
+            found = self._parties.pop(sid, None)
+            self._users.pop(sid, None)
+            self._used.pop(sid, None)
+            if found is not None:
+                self._close(found[0])
 
     def forget(self, external_id: str) -> None:
         """After an erasure: close the sessions whose graph was built over the user."""

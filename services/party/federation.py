@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,8 @@ from services.verfedgnn.state_codec import dump_state, load_state
 from services.verfedgnn.types import PartyData, build_party_data
 
 KEEP_SNAPSHOTS = 3
+PSI_TTL_S = 3600.0  # a PSI left unfinished this long is abandoned (it holds the user list and a secret)
+MAX_PSI = 8  # PSI sessions kept at once; the oldest is dropped first
 
 
 def _bad(exc: Exception, what: str) -> ValidationFailed:
@@ -60,7 +63,7 @@ class FederationService:
         self.party_id = party_id
         self.rating_min, self.rating_max = rating_min, rating_max
         self._lock = threading.RLock()
-        self._psi: dict[str, PsiParty] = {}
+        self._psi: dict[str, tuple[float, PsiParty]] = {}  # run id -> (started, secret and own ids)
         self._runs: dict[str, _Run] = {}
 
     def forget(self, *, runs: list[str]) -> None:
@@ -76,15 +79,29 @@ class FederationService:
         """Draw a PSI secret for the run and return this party's singly-blinded user list."""
         with self._lock, self.sessions() as session:
             party = PsiParty.create(store.all_user_ids(session=session))
-            self._psi[run_id] = party
+            self._expire_psi(keep=MAX_PSI - 1)
+            self._psi[run_id] = (time.monotonic(), party)
             return encode_points(party.outgoing())
+
+    def _expire_psi(self, *, keep: int = MAX_PSI) -> None:
+        """PSI sessions hold the user list and a secret: dropped after PSI_TTL_S, the oldest past `keep`."""
+        now = time.monotonic()
+        for run_id in [r for r, (started, _) in self._psi.items() if now - started > PSI_TTL_S]:
+            del self._psi[run_id]
+        while len(self._psi) > keep:
+            del self._psi[next(iter(self._psi))]
+
+    def _psi_party(self, run_id: str) -> PsiParty:
+        self._expire_psi()
+        found = self._psi.get(run_id)
+        if found is None:
+            raise ProtocolError(f"no PSI in progress for run {run_id} (never started, finished or expired)")
+        return found[1]
 
     def psi_reblind(self, *, run_id: str, body: bytes) -> bytes:
         """Raise another party's list to this party's secret, order kept."""
         with self._lock:
-            party = self._psi.get(run_id)
-            if party is None:
-                raise ProtocolError(f"no PSI in progress for run {run_id}")
+            party = self._psi_party(run_id)
             try:
                 points = decode_points(body)
             except ProtocolError as exc:
@@ -94,9 +111,7 @@ class FederationService:
     def psi_finish(self, *, run_id: str, body: bytes) -> int:
         """Map the intersection to own ids; store the alignment (users sorted by id at every party)."""
         with self._lock, self.sessions() as session:
-            party = self._psi.get(run_id)
-            if party is None:
-                raise ProtocolError(f"no PSI in progress for run {run_id}")
+            party = self._psi_party(run_id)
             try:
                 tree = unpack_tree(body)
                 own = [bytes(r) for r in np.asarray(tree["own"], np.uint8).reshape(-1, 32)]

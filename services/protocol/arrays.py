@@ -19,6 +19,33 @@ def encode_array(array: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
+def parse_npy(data: bytes | bytearray | memoryview) -> np.ndarray:
+    """.npy bytes to an array, checking the header against the data before anything is allocated.
+
+    np.load trusts the header's shape and allocates it first: a few bytes claiming a huge shape cost
+    memory (or raise an unexpected error). Here the declared size must equal the bytes present, object
+    dtypes (pickles) are refused, and the array is a view of the input (writable when the input is).
+    """
+    buf = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(buf)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read_header(buf)
+    except Exception as exc:  # noqa: BLE001 - any header failure is a malformed payload
+        raise ProtocolError(f"malformed array header: {exc}") from exc
+    if dtype.hasobject:
+        raise ProtocolError("object arrays are not accepted")
+    count = 1
+    for dim in shape:
+        count *= int(dim)
+    body = memoryview(data)[buf.tell():]
+    if count * dtype.itemsize != len(body):
+        raise ProtocolError(f"array header declares shape {shape} of {dtype} ({count * dtype.itemsize} bytes) "
+                            f"but {len(body)} bytes follow")
+    arr = np.frombuffer(body, dtype=dtype, count=count)
+    return arr.reshape(shape, order="F" if fortran else "C")
+
+
 def decode_array(
     data: bytes,
     *,
@@ -29,10 +56,7 @@ def decode_array(
     """Parse .npy bytes, refusing pickles, wrong dtypes/shapes, non-finite floats and oversize input."""
     if len(data) > max_bytes:
         raise ProtocolError(f"array payload of {len(data)} bytes exceeds {max_bytes}")
-    try:
-        arr = np.load(io.BytesIO(data), allow_pickle=False)
-    except Exception as exc:  # noqa: BLE001 - any parse failure is a protocol error
-        raise ProtocolError(f"malformed array payload: {exc}") from exc
+    arr = parse_npy(bytearray(data))  # a writable copy: callers own what they decode
     if dtype is not None and arr.dtype != np.dtype(dtype):
         raise ProtocolError(f"array dtype {arr.dtype} != expected {np.dtype(dtype)}")
     if shape is not None:

@@ -10,10 +10,12 @@ from typing import Any
 import numpy as np
 
 from services.errors import ProtocolError
+from services.protocol.arrays import parse_npy
 
 FEDERATION_MEDIA_TYPE = "application/octet-stream"
 PSI_POINT_BYTES = 32
 _MANIFEST = "__manifest__"
+MAX_EXPANSION = 2  # uncompressed npz members over payload bytes (pack_tree does not compress)
 
 
 def _flatten(obj: Any, arrays: list[np.ndarray]) -> Any:
@@ -61,15 +63,35 @@ def pack_tree(obj: Any) -> bytes:
     return buf.getvalue()
 
 
+def _members(data: bytes, *, max_bytes: int) -> dict[str, np.ndarray]:
+    """The npz members, bounded before decompression: pack_tree stores them uncompressed, so the
+    declared sizes may not exceed the payload (plus zip overhead) nor max_bytes; each member's npy
+    header is checked against its size before its array exists."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        infos = archive.infolist()
+        declared = sum(i.file_size for i in infos)
+        if declared > min(max_bytes, MAX_EXPANSION * len(data) + (64 << 10)):
+            raise ProtocolError(f"npz members declare {declared} bytes for a {len(data)}-byte payload")
+        out = {}
+        for info in infos:
+            name = info.filename.removesuffix(".npy")
+            buf = bytearray(info.file_size)  # writable, like np.load's arrays
+            with archive.open(info) as member:  # decompresses at most the declared file_size
+                if member.readinto(buf) != info.file_size:  # type: ignore[attr-defined]
+                    raise ProtocolError(f"npz member {name} is shorter than declared")
+            out[name] = parse_npy(buf)
+        return out
+
+
 def unpack_tree(data: bytes, *, max_bytes: int = 1 << 31, finite: bool = True) -> Any:
     """Decode pack_tree bytes; malformed input, pickles and non-finite floats raise ProtocolError."""
     if len(data) > max_bytes:
         raise ProtocolError(f"payload of {len(data)} bytes exceeds {max_bytes}")
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
+        arrays = _members(data, max_bytes=max_bytes)
         manifest = json.loads(arrays.pop(_MANIFEST).tobytes().decode())
-    except (ValueError, KeyError, OSError, EOFError, zipfile.BadZipFile, UnicodeDecodeError) as exc:
+    except (ValueError, KeyError, OSError, EOFError, zipfile.BadZipFile, UnicodeDecodeError,
+            RecursionError) as exc:
         raise ProtocolError(f"malformed binary payload: {exc}") from exc
     if finite:
         for name, arr in arrays.items():
