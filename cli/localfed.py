@@ -18,6 +18,7 @@ import httpx
 
 from cli.http import checked
 from services.data.types import Dataset, Ratings
+from services.db.session import owner_only_dir, owner_only_file
 from services.errors import Conflict
 
 # Fresh secrets per process: the services refuse short or public tokens outside dev mode, and the
@@ -51,6 +52,7 @@ class Proc:
 
     def spawn(self) -> Proc:
         """Start the process without waiting."""
+        owner_only_file(self.log)  # logs name routes and errors: owner-only, like the databases
         with open(self.log, "ab") as log:
             self.popen = subprocess.Popen(self.args, env={**os.environ, **self.env}, stdout=log, stderr=log,
                                           start_new_session=True)
@@ -111,7 +113,7 @@ def party_proc(party_id: str, root: Path, *, port: int | None = None,
     """A party service process with its own SQLite database under root/party_id."""
     port = port or free_port()
     home = root / party_id
-    home.mkdir(parents=True, exist_ok=True)
+    owner_only_dir(home)
     env = {"PARTY_PARTY_ID": party_id, "PARTY_DATABASE_URL": f"sqlite:///{home / 'party.db'}",
            "PARTY_DATA_DIR": str(home), "PARTY_ADMIN_TOKEN": ADMIN, "PARTY_COORDINATOR_TOKEN": COORD_TOKEN,
            "PARTY_API_KEYS": f'["{API_KEY}"]', **ONE_THREAD, **(extra_env or {})}
@@ -123,7 +125,7 @@ def coordinator_proc(root: Path, *, port: int | None = None, extra_env: Mapping[
     """The coordinator process with its own SQLite database under root/coordinator."""
     port = port or free_port()
     home = root / "coordinator"
-    home.mkdir(parents=True, exist_ok=True)
+    owner_only_dir(home)
     env = {"COORD_DATABASE_URL": f"sqlite:///{home / 'coordinator.db'}", "COORD_DATA_DIR": str(home),
            "COORD_ADMIN_TOKEN": ADMIN, "COORD_API_KEYS": f'["{API_KEY}"]', **ONE_THREAD, **(extra_env or {})}
     return Proc("coordinator", f"http://127.0.0.1:{port}", env,

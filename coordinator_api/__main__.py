@@ -8,7 +8,7 @@ import uvicorn
 
 from coordinator_api.main import create_app
 from services.config import CoordinatorSettings
-from services.db.session import upgrade
+from services.db.session import owner_only_dir, upgrade
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -19,6 +19,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     # --host goes through the settings so dev mode's loopback-only rule sees it.
     settings = CoordinatorSettings(**({"host": args.host} if args.host else {}))  # type: ignore[arg-type]
+    owner_only_dir(settings.data_dir)
     upgrade(settings.database_url, environment="coordinator")
     uvicorn.run(create_app(settings), host=settings.host, port=args.port or settings.port, log_level="warning")
 

@@ -9,11 +9,14 @@ from fastapi import FastAPI
 
 from api_common.errors import install_error_handlers
 from api_common.guard import install_guard
+from api_common.logs import redact_access_log
 from api_common.openapi import document_guard, operation_id
 from coordinator_api.deps import header_checks
 from coordinator_api.routes import ROUTERS
 from services.config import CoordinatorSettings
+from services.coordinator import registry
 from services.coordinator.runner import RunManager
+from services.coordinator.sealing import sealer_for
 from services.db.session import make_engine, make_sessionmaker
 
 
@@ -25,6 +28,10 @@ def create_app(settings: CoordinatorSettings, *, resume: bool = True) -> FastAPI
         engine = make_engine(settings.database_url)
         app.state.engine = engine
         app.state.sessionmaker = make_sessionmaker(engine)
+        # Party credentials are sealed in the database; the key never is (services.coordinator.sealing).
+        app.state.sessionmaker.configure(info={"sealer": sealer_for(settings)})
+        with app.state.sessionmaker() as session:
+            registry.seal_stored(session=session)
         app.state.manager = RunManager(sessions=app.state.sessionmaker, settings=settings)
         if resume:
             app.state.manager.resume_all()
@@ -40,6 +47,7 @@ def create_app(settings: CoordinatorSettings, *, resume: bool = True) -> FastAPI
     app.state.settings = settings
     install_error_handlers(app)
     document_guard(app)
+    redact_access_log()  # access logs carry hashed user ids, never the ids
     install_guard(app, settings=settings, checks=header_checks(settings))
     for router in ROUTERS:
         app.include_router(router)

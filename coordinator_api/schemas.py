@@ -32,7 +32,7 @@ class PartyCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     party_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
     url: str = Field(min_length=8, max_length=512)
-    token: str = Field(min_length=1, max_length=512)
+    token: str = Field(min_length=1, max_length=256)
     role: str = Field(default="ratings", pattern=r"^(ratings|social)$")
 
 
@@ -41,7 +41,7 @@ class PartyUpdate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     url: str | None = Field(default=None, min_length=8, max_length=512)
-    token: str | None = Field(default=None, min_length=1, max_length=512)
+    token: str | None = Field(default=None, min_length=1, max_length=256)
     role: str | None = Field(default=None, pattern=r"^(ratings|social)$")
     enabled: bool | None = None
 

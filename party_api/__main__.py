@@ -10,7 +10,7 @@ from threadpoolctl import threadpool_limits
 
 from party_api.main import create_app
 from services.config import PartySettings
-from services.db.session import migrate
+from services.db.session import migrate, owner_only_dir
 
 
 def single_threaded_blas() -> None:
@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     # --host goes through the settings so dev mode's loopback-only rule sees it.
     settings = PartySettings(**({"host": args.host} if args.host else {}))  # type: ignore[arg-type]
+    owner_only_dir(settings.data_dir)
     migrate(settings.database_url)
     single_threaded_blas()
     workers = args.workers or settings.workers

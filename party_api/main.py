@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api_common.errors import install_error_handlers
 from api_common.guard import install_guard
+from api_common.logs import redact_access_log
 from api_common.openapi import document_guard, operation_id
 from party_api.deps import header_checks
 from party_api.routes import ROUTERS
@@ -61,6 +62,7 @@ def create_app(settings: PartySettings) -> FastAPI:
     app.state.settings = settings
     install_error_handlers(app)
     document_guard(app)
+    redact_access_log()  # access logs carry hashed user ids, never the ids
     install_guard(app, settings=settings, checks=header_checks(settings),
                   extra_limits={"social": settings.social_max_body_bytes})
     for router in ROUTERS:

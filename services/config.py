@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Literal
 
@@ -35,6 +36,13 @@ def check_secrets(prefix: str, secrets: dict[str, list[str]]) -> None:
             if reason:
                 raise ValueError(f"{prefix}{name.upper()} {reason}; generate one with "
                                  "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`")
+
+
+def _b64(value: str) -> bytes:
+    try:
+        return base64.urlsafe_b64decode(value)
+    except ValueError:
+        return b""
 
 
 def check_dev_host(prefix: str, dev_mode: bool, host: str) -> None:
@@ -131,6 +139,9 @@ class CoordinatorSettings(GuardSettings):
     api_keys: list[str] = Field(default_factory=list)
     host: str = "127.0.0.1"
     port: int = 8000
+    # Key sealing party credentials in the database (urlsafe base64 of 32 bytes); unset: a key file is
+    # created owner-only beside the SQLite database (or in data_dir). See services.coordinator.sealing.
+    credential_key: str | None = None
     request_timeout_s: float = 120.0
     max_retries: int = 3
     retry_backoff_s: float = 0.2
@@ -145,6 +156,8 @@ class CoordinatorSettings(GuardSettings):
             self.api_keys = self.api_keys or [DEV_API_KEY]
         if not self.admin_token:
             raise ValueError("missing secret admin_token: set COORD_ADMIN_TOKEN or COORD_DEV_MODE=1")
+        if self.credential_key is not None and len(_b64(self.credential_key)) != 32:
+            raise ValueError("COORD_CREDENTIAL_KEY must be urlsafe base64 of 32 bytes")
         if self.admin_token in self.api_keys:
             raise ValueError("COORD_API_KEYS holds COORD_ADMIN_TOKEN: a client key must not open admin routes")
         if not self.dev_mode:

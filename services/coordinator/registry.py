@@ -8,6 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from services.db.coordinator_tables import PartyRow
+from services.coordinator.sealing import Sealer
 from services.errors import Conflict, NotFound, ValidationFailed
 
 
@@ -22,8 +23,38 @@ class PartyEndpoint:
     enabled: bool
 
 
-def _snapshot(row: PartyRow) -> PartyEndpoint:
-    return PartyEndpoint(row.party_id, row.url.rstrip("/"), row.token, row.role, row.enabled)
+class _Plain:
+    """No sealer configured on the session (tests of the registry alone): values are kept as given."""
+
+    @staticmethod
+    def seal(token: str) -> str:
+        return token
+
+    @staticmethod
+    def open(stored: str) -> str:
+        return stored
+
+
+def _sealer(session: Session) -> Sealer | _Plain:
+    """The app's sealer travels in the session factory's info (services.coordinator.sealing)."""
+    sealer: Sealer | None = session.info.get("sealer")
+    return sealer if sealer is not None else _Plain()
+
+
+def _snapshot(row: PartyRow, session: Session) -> PartyEndpoint:
+    return PartyEndpoint(row.party_id, row.url.rstrip("/"), _sealer(session).open(row.token), row.role, row.enabled)
+
+
+def seal_stored(*, session: Session) -> int:
+    """Seal credentials stored in clear by an older coordinator; returns how many were sealed."""
+    sealer = _sealer(session)
+    if not isinstance(sealer, Sealer):
+        return 0
+    rows = [r for r in session.scalars(select(PartyRow)) if not Sealer.is_sealed(r.token)]
+    for row in rows:
+        row.token = sealer.seal(row.token)
+    session.commit()
+    return len(rows)
 
 
 def _check_url(url: str) -> None:
@@ -36,10 +67,10 @@ def register(*, session: Session, party_id: str, url: str, token: str, role: str
     _check_url(url)
     if session.get(PartyRow, party_id) is not None:
         raise Conflict(f"party {party_id!r} is already registered", extra={"field": "party_id"})
-    row = PartyRow(party_id=party_id, url=url, token=token, role=role, enabled=True)
+    row = PartyRow(party_id=party_id, url=url, token=_sealer(session).seal(token), role=role, enabled=True)
     session.add(row)
     session.commit()
-    return _snapshot(row)
+    return _snapshot(row, session)
 
 
 def update(
@@ -54,13 +85,13 @@ def update(
         _check_url(url)
         row.url = url
     if token is not None:
-        row.token = token
+        row.token = _sealer(session).seal(token)
     if role is not None:
         row.role = role
     if enabled is not None:
         row.enabled = enabled
     session.commit()
-    return _snapshot(row)
+    return _snapshot(row, session)
 
 
 def remove(*, session: Session, party_id: str) -> None:
@@ -77,15 +108,15 @@ def get(*, session: Session, party_id: str) -> PartyEndpoint:
     row = session.get(PartyRow, party_id)
     if row is None:
         raise NotFound(f"party {party_id!r} is not registered", extra={"field": "party_id"})
-    return _snapshot(row)
+    return _snapshot(row, session)
 
 
 def list_parties(*, session: Session) -> list[PartyEndpoint]:
     """All parties, ordered by id."""
-    return [_snapshot(r) for r in session.scalars(select(PartyRow).order_by(PartyRow.party_id))]
+    return [_snapshot(r, session) for r in session.scalars(select(PartyRow).order_by(PartyRow.party_id))]
 
 
 def endpoints(*, session: Session, party_ids: list[str]) -> dict[str, PartyEndpoint]:
     """Current endpoints of the given parties that are still registered (read fresh each round)."""
     rows = session.scalars(select(PartyRow).where(PartyRow.party_id.in_(party_ids)))
-    return {r.party_id: _snapshot(r) for r in rows}
+    return {r.party_id: _snapshot(r, session) for r in rows}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,12 +40,27 @@ def is_write_conflict(exc: BaseException) -> bool:
     return name == "OperationalError" and ("locked" in message or "deadlock" in message)
 
 
+def owner_only_dir(path: Path) -> None:
+    """Create a folder (and missing parents) readable by the owner only (0700), whatever the umask."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.chmod(0o700)
+
+
+def owner_only_file(path: Path) -> None:
+    """Create a file 0600 (its folder 0700) whatever the umask. SQLite gives the -wal and -shm files
+    the database file's mode, so a database made this way keeps its WAL owner-only too."""
+    if not path.parent.exists():
+        owner_only_dir(path.parent)
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    path.chmod(0o600)
+
+
 def make_engine(database_url: str) -> Engine:
     """Create an engine for SQLite (file directory created, pragmas set) or PostgreSQL."""
     url = make_url(database_url)
     if url.get_backend_name() == "sqlite":
         if url.database and url.database != ":memory:":
-            Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+            owner_only_file(Path(url.database))
         # Bulk ingestion runs in worker threads; connections move between threads via the pool.
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 60})
         event.listen(engine, "connect", _sqlite_pragmas)
