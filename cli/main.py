@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import typer
 
-from cli import coordinator, data, demo, experiment, openapi, party, privacy
+from cli import certs, coordinator, data, demo, experiment, openapi, party, privacy
 
 app = typer.Typer(name="fedrec", help="Vertical federated GNN recommender.", no_args_is_help=True)
 
-for module in (party, coordinator, data, experiment, openapi, demo, privacy):
+for module in (party, coordinator, data, experiment, openapi, demo, privacy, certs):
     module.register(app)
 
 

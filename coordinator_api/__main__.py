@@ -6,6 +6,7 @@ import argparse
 
 import uvicorn
 
+from api_common.observability import uvicorn_options
 from coordinator_api.main import create_app
 from services.config import CoordinatorSettings
 from services.db.session import owner_only_dir, upgrade
@@ -21,7 +22,9 @@ def main(argv: list[str] | None = None) -> None:
     settings = CoordinatorSettings(**({"host": args.host} if args.host else {}))  # type: ignore[arg-type]
     owner_only_dir(settings.data_dir)
     upgrade(settings.database_url, environment="coordinator")
-    uvicorn.run(create_app(settings), host=settings.host, port=args.port or settings.port, log_level="warning")
+    options = uvicorn_options(log_format=settings.log_format, cert=settings.tls_cert_file, key=settings.tls_key_file)
+    uvicorn.run(create_app(settings), host=settings.host, port=args.port or settings.port, log_level="info",
+                **options)
 
 
 if __name__ == "__main__":

@@ -10,11 +10,14 @@ from fastapi import FastAPI
 from api_common.errors import install_error_handlers
 from api_common.guard import install_guard
 from api_common.logs import redact_access_log
+from api_common.observability import Observability
 from api_common.openapi import document_guard, operation_id
 from coordinator_api.deps import header_checks
+from coordinator_api.metrics import CoordinatorMetrics
 from coordinator_api.routes import ROUTERS
 from services.config import CoordinatorSettings
 from services.coordinator import registry
+from services.coordinator.client import party_http_client
 from services.coordinator.runner import RunManager
 from services.coordinator.sealing import sealer_for
 from services.db.session import make_engine, make_sessionmaker
@@ -32,7 +35,8 @@ def create_app(settings: CoordinatorSettings, *, resume: bool = True) -> FastAPI
         app.state.sessionmaker.configure(info={"sealer": sealer_for(settings)})
         with app.state.sessionmaker() as session:
             registry.seal_stored(session=session)
-        app.state.manager = RunManager(sessions=app.state.sessionmaker, settings=settings)
+        app.state.manager = RunManager(sessions=app.state.sessionmaker, settings=settings,
+                                       http=party_http_client(settings), on_round=metrics.round_completed)
         if resume:
             app.state.manager.resume_all()
         try:
@@ -49,6 +53,9 @@ def create_app(settings: CoordinatorSettings, *, resume: bool = True) -> FastAPI
     document_guard(app)
     redact_access_log()  # access logs carry hashed user ids, never the ids
     install_guard(app, settings=settings, checks=header_checks(settings))
+    observability = Observability(service="coordinator", metrics_token=settings.metrics_token)
+    metrics = CoordinatorMetrics(observability.registry)
+    observability.install(app)  # outermost: every answer is timed, the guard's refusals too
     for router in ROUTERS:
         app.include_router(router)
     return app

@@ -8,6 +8,7 @@ import uvicorn
 from fastapi import FastAPI
 from threadpoolctl import threadpool_limits
 
+from api_common.observability import configure_json_logging, uvicorn_options
 from party_api.main import create_app
 from services.config import PartySettings
 from services.db.session import migrate, owner_only_dir
@@ -22,7 +23,10 @@ def single_threaded_blas() -> None:
 def app_from_env() -> FastAPI:
     """The app built from PARTY_* variables (uvicorn calls it in each worker process)."""
     single_threaded_blas()
-    return create_app(PartySettings())
+    settings = PartySettings()
+    if settings.log_format == "json":
+        configure_json_logging()  # a spawned worker does not inherit the parent's logging setup
+    return create_app(settings)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,8 +44,10 @@ def main(argv: list[str] | None = None) -> None:
     workers = args.workers or settings.workers
     # Several workers share the listening socket; each builds its own app (and serving snapshot).
     app: FastAPI | str = create_app(settings) if workers == 1 else "party_api.__main__:app_from_env"
+    options = uvicorn_options(log_format=settings.log_format, cert=settings.tls_cert_file,
+                              key=settings.tls_key_file, client_ca=settings.tls_client_ca_file)
     uvicorn.run(app, host=settings.host, port=args.port or settings.port, workers=workers,
-                factory=workers > 1, log_level="info")
+                factory=workers > 1, log_level="info", **options)
 
 
 if __name__ == "__main__":

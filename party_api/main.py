@@ -6,11 +6,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from prometheus_client import Gauge
 from sqlalchemy.orm import Session, sessionmaker
 
 from api_common.errors import install_error_handlers
 from api_common.guard import install_guard
 from api_common.logs import redact_access_log
+from api_common.observability import Observability
 from api_common.openapi import document_guard, operation_id
 from party_api.deps import header_checks
 from party_api.routes import ROUTERS
@@ -41,7 +43,8 @@ def create_app(settings: PartySettings) -> FastAPI:
         app.state.engine, app.state.sessionmaker = engine, sessions
         app.state.federation = FederationService(sessions=sessions, party_id=settings.party_id,
                                                  rating_min=settings.rating_min, rating_max=settings.rating_max)
-        app.state.model_cache = cache = ModelCache(sessions=sessions, refresh_s=settings.serving_refresh_s)
+        app.state.model_cache = cache = ModelCache(sessions=sessions, refresh_s=settings.serving_refresh_s,
+                                                   on_load=lambda snap: model_version.set(snap.version))
         cache.start()
         app.state.social = social = social_service(settings, sessions)
         try:
@@ -65,6 +68,10 @@ def create_app(settings: PartySettings) -> FastAPI:
     redact_access_log()  # access logs carry hashed user ids, never the ids
     install_guard(app, settings=settings, checks=header_checks(settings),
                   extra_limits={"social": settings.social_max_body_bytes})
+    observability = Observability(service="party", metrics_token=settings.metrics_token)
+    model_version = Gauge("fedrec_serving_model_version", "Version of the serving model this process serves",
+                          registry=observability.registry)
+    observability.install(app)  # outermost: every answer is timed, the guard's refusals too
     for router in ROUTERS:
         app.include_router(router)
     return app

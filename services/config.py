@@ -68,6 +68,12 @@ class GuardSettings(BaseSettings):
     auth_failure_window_s: float = Field(60.0, gt=0)
 
 
+def check_pair(prefix: str, cert: Path | None, key: Path | None, what: str) -> None:
+    """A certificate needs its key and the other way round."""
+    if (cert is None) != (key is None):
+        raise ValueError(f"{prefix}{what}_CERT_FILE and {prefix}{what}_KEY_FILE go together: set both or neither")
+
+
 class PartySettings(GuardSettings):
     """Configuration of one party service."""
 
@@ -92,6 +98,14 @@ class PartySettings(GuardSettings):
     # How often each process checks whether serving must rebuild its snapshot (another process
     # published, ingested or erased); the process that made the change sees it at once.
     serving_refresh_s: float = Field(1.0, gt=0.0, le=3600.0)
+    # /metrics answers with this bearer token only (unset: /metrics is off); never an API credential.
+    metrics_token: str | None = None
+    log_format: Literal["json", "text"] = "json"
+    # HTTPS: this party's certificate and key; with tls_client_ca_file, callers must present a client
+    # certificate signed by that CA (mutual TLS) in addition to their token.
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_client_ca_file: Path | None = None
     # Social role: lifetime (epsilon, delta) of the social graph over all sessions (basic composition).
     social_epsilon_total: float = Field(30.0, gt=0.0)
     social_delta_total: float = Field(1e-3, gt=0.0, lt=1.0)
@@ -114,13 +128,18 @@ class PartySettings(GuardSettings):
         if missing:
             raise ValueError(f"missing secrets {missing}: set PARTY_ADMIN_TOKEN etc. or PARTY_DEV_MODE=1")
         # Each credential must open only its own routes, so no two may be equal.
-        secrets = [self.admin_token, self.coordinator_token, *self.api_keys]
+        secrets = [self.admin_token, self.coordinator_token, *self.api_keys,
+                   *([self.metrics_token] if self.metrics_token else [])]
         if len(set(secrets)) != len(secrets):
-            raise ValueError("admin token, coordinator token and API keys must all differ")
+            raise ValueError("admin token, coordinator token, API keys and metrics token must all differ")
         if not self.dev_mode:
             check_secrets("PARTY_", {"admin_token": [self.admin_token or ""],
                                      "coordinator_token": [self.coordinator_token or ""],
-                                     "api_keys": self.api_keys})
+                                     "api_keys": self.api_keys,
+                                     "metrics_token": [self.metrics_token] if self.metrics_token else []})
+        check_pair("PARTY_", self.tls_cert_file, self.tls_key_file, "TLS")
+        if self.tls_client_ca_file is not None and self.tls_cert_file is None:
+            raise ValueError("PARTY_TLS_CLIENT_CA_FILE needs PARTY_TLS_CERT_FILE: client certificates need HTTPS")
         check_dev_host("PARTY_", self.dev_mode, self.host)
         if self.rating_min >= self.rating_max:
             raise ValueError("rating_min must be below rating_max")
@@ -147,6 +166,17 @@ class CoordinatorSettings(GuardSettings):
     retry_backoff_s: float = 0.2
     # How often a paused run (below min_parties) probes its parties again.
     pause_poll_s: float = 2.0
+    # /metrics answers with this bearer token only (unset: /metrics is off); never an API credential.
+    metrics_token: str | None = None
+    log_format: Literal["json", "text"] = "json"
+    # HTTPS for the coordinator's own API.
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    # Calls to parties: verify their certificates against this CA bundle (default: the system's), and
+    # present this client certificate to parties that require one (mutual TLS).
+    party_ca_file: Path | None = None
+    client_cert_file: Path | None = None
+    client_key_file: Path | None = None
 
     @model_validator(mode="after")
     def _secrets(self) -> "CoordinatorSettings":
@@ -160,7 +190,12 @@ class CoordinatorSettings(GuardSettings):
             raise ValueError("COORD_CREDENTIAL_KEY must be urlsafe base64 of 32 bytes")
         if self.admin_token in self.api_keys:
             raise ValueError("COORD_API_KEYS holds COORD_ADMIN_TOKEN: a client key must not open admin routes")
+        if self.metrics_token and self.metrics_token in (self.admin_token, *self.api_keys):
+            raise ValueError("COORD_METRICS_TOKEN must differ from the admin token and the API keys")
         if not self.dev_mode:
-            check_secrets("COORD_", {"admin_token": [self.admin_token], "api_keys": self.api_keys})
+            check_secrets("COORD_", {"admin_token": [self.admin_token], "api_keys": self.api_keys,
+                                     "metrics_token": [self.metrics_token] if self.metrics_token else []})
+        check_pair("COORD_", self.tls_cert_file, self.tls_key_file, "TLS")
+        check_pair("COORD_", self.client_cert_file, self.client_key_file, "CLIENT")
         check_dev_host("COORD_", self.dev_mode, self.host)
         return self

@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from coordinator_api.routes import health, parties, recommendations, runs
+from coordinator_api.routes import dashboard, health, parties, recommendations, runs
 
-ROUTERS: list[APIRouter] = [health.router, parties.router, runs.router, recommendations.router]
+ROUTERS: list[APIRouter] = [health.router, parties.router, runs.router, recommendations.router, dashboard.router]

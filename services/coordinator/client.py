@@ -7,6 +7,7 @@ It owns the party federation API's paths: callers name a step (`configure`, `beg
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 from urllib.parse import quote
@@ -17,11 +18,13 @@ from typing import Any
 import httpx
 import numpy as np
 
+from services.config import CoordinatorSettings
 from services.coordinator.registry import PartyEndpoint
 from services.errors import PartyUnavailable, raise_for
 from services.protocol import PROTOCOL_VERSION
 from services.protocol.arrays import decode_array, encode_array
 from services.protocol.federation import FEDERATION_MEDIA_TYPE, pack_tree
+from services.protocol.tracing import REQUEST_ID_HEADER, current_request_id
 from services.verfedgnn.messages import (
     ConfigureRequest,
     ConfigureResponse,
@@ -42,6 +45,25 @@ def party_path(*segments: str | int) -> str:
         part = quote(segment, safe="")
         encoded.append(part.replace(".", "%2E") if set(segment) <= {"."} else part)
     return "/" + "/".join(encoded)
+
+
+def party_tls_context(settings: CoordinatorSettings) -> ssl.SSLContext:
+    """How the coordinator verifies parties (the CA bundle, else the system's) and which client certificate it shows."""
+    context = ssl.create_default_context(cafile=str(settings.party_ca_file) if settings.party_ca_file else None)
+    if settings.client_cert_file is not None and settings.client_key_file is not None:
+        context.load_cert_chain(str(settings.client_cert_file), str(settings.client_key_file))
+    return context
+
+
+def party_http_client(settings: CoordinatorSettings) -> httpx.Client:
+    """The one HTTP client the coordinator reaches parties with (runs and serving fan-out)."""
+    return httpx.Client(limits=httpx.Limits(max_connections=64), verify=party_tls_context(settings))
+
+
+def _trace() -> dict[str, str]:
+    """The request id bound by the caller (an API request or a training round), sent on to the party."""
+    request_id = current_request_id()
+    return {REQUEST_ID_HEADER: request_id} if request_id else {}
 
 
 class TrafficCounter:
@@ -88,6 +110,7 @@ class PartyClient:
             "Authorization": f"Bearer {self.endpoint.token}",
             PROTOCOL_HEADER: PROTOCOL_VERSION,
             "Content-Type": content_type,
+            **_trace(),
         }
 
     def _send(self, path: str, body: bytes, content_type: str) -> httpx.Response:
@@ -131,7 +154,7 @@ class PartyClient:
                  headers: dict[str, str] | None = None) -> dict[str, Any]:
         """GET (used by serving fan-out) without retries; a 4xx is raised as the domain error it names."""
         try:
-            resp = self.http.get(f"{self.endpoint.url}{path}", params=params, headers=headers,
+            resp = self.http.get(f"{self.endpoint.url}{path}", params=params, headers={**(headers or {}), **_trace()},
                                  timeout=self.timeout_s)
         except httpx.TransportError as exc:
             raise PartyUnavailable(f"party {self.party_id} unavailable: {exc}",

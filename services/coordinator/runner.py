@@ -7,6 +7,7 @@ import math
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -18,6 +19,7 @@ from services.coordinator import registry, runs
 from services.coordinator.client import HttpPartyLink, PartyClient, TrafficCounter
 from services.coordinator.psi import align_users
 from services.errors import DomainError, PartyUnavailable, ValidationFailed
+from services.protocol.tracing import bound_request_id
 from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.coordinator import CoordinatorTrainer
 from services.verfedgnn.messages import ConfigureRequest, StartRequest, StartResponse
@@ -58,10 +60,12 @@ class RunManager:
     """Owns the worker thread that executes runs, one at a time; resumes unfinished runs on start."""
 
     def __init__(self, *, sessions: sessionmaker[Session], settings: CoordinatorSettings,
-                 http: httpx.Client | None = None) -> None:
+                 http: httpx.Client | None = None,
+                 on_round: Callable[[str, runs.RoundRecord, TrainConfig], None] | None = None) -> None:
         self.sessions = sessions
         self.settings = settings
         self.http = http or httpx.Client(limits=httpx.Limits(max_connections=64))
+        self.on_round = on_round  # metrics: told of every completed round
         self.stopping = threading.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedrec-run")
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="fedrec-fanout")
@@ -220,8 +224,11 @@ class RunManager:
                            f"min_parties={run.min_parties}")
                 continue
             links = {p: HttpPartyLink(c, run_id=run_id) for p, c in clients.items()}
-            outcome = run_round(coord=coord, links=links, pool=self._pool, round_index=t, attempt=attempt,
-                                min_parties=run.min_parties)
+            # One request id per round attempt: every party logs it, so a round can be followed across services.
+            with bound_request_id(f"{run_id}.r{t}.a{attempt}") as request_id:
+                log.info("round started", extra={"run_id": run_id, "round": t, "attempt": attempt})
+                outcome = run_round(coord=coord, links=links, pool=self._pool, round_index=t, attempt=attempt,
+                                    min_parties=run.min_parties)
             sent, received = counter.snapshot()
             if outcome.metrics is None:
                 attempt += 1
@@ -239,6 +246,10 @@ class RunManager:
                 runs.set_state(session=session, run_id=run_id, state=runs.RUNNING,
                                detail=f"round {t + 1}/{run.rounds_total} done; test RMSE "
                                       f"{row.get('test_rmse', math.nan):.4f}")
+            log.info("round completed", extra={"run_id": run_id, "round": t, "request_id": request_id,
+                                               "seconds": round(record.seconds, 3), "participants": outcome.participants})
+            if self.on_round is not None:
+                self.on_round(run_id, record, coord.config)
             attempt = 0
 
     @staticmethod

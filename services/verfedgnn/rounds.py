@@ -7,6 +7,7 @@ go through `run_round`, so the same seeds give bit-identical runs whichever link
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -53,7 +54,8 @@ def fan_out(
 ) -> tuple[dict[str, T], dict[str, str]]:
     """Run `call` on every target (in parallel on `pool`, in id order without one); failures are data, never raised."""
     jobs = sorted(targets.items())
-    futures = {pid: pool.submit(call, t) for pid, t in jobs} if pool is not None else {}
+    # Each job runs in a copy of the caller's context, so the request id bound there goes along.
+    futures = {pid: pool.submit(contextvars.copy_context().run, call, t) for pid, t in jobs} if pool is not None else {}
     results: dict[str, T] = {}
     failures: dict[str, str] = {}
     for pid, target in jobs:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from types import ModuleType
 
@@ -20,6 +21,7 @@ from party_api.main import create_app
 from services.config import DEV_ADMIN_TOKEN, PartySettings
 from services.data.synthetic import generate
 from services.db.session import migrate
+from tests.support.layout import DATA, ROOT
 from tests.support.servers import LiveServer, live_server
 
 PACKAGE = "fedrec_party_client"
@@ -46,6 +48,8 @@ def client_package(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleT
             str(root / PACKAGE),
             "--meta",
             "none",
+            "--config",
+            str(ROOT / "docs" / "openapi-client.yaml"),
         ],
         cwd=root,
         env=env,
@@ -152,3 +156,54 @@ def test_generated_client_ingests_and_reads_summary(
         assert denied.status_code == 403 and isinstance(denied.parsed, ErrorRead)
     with Client(base_url=party.url) as anonymous:
         assert health_liveness.sync_detailed(client=anonymous).status_code == 200
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (DATA / "ml-100k" / "u1.base").is_file(), reason="shared data sets absent")
+def test_generated_client_streams_ml100k_u1_and_a_run_trains_on_it(
+    client_package: ModuleType, tmp_path: Path
+) -> None:
+    """u1.base split by item over two parties, each half streamed from a file by the generated bulk route."""
+    from fedrec_party_client import AuthenticatedClient
+    from fedrec_party_client.api.ingest import ingest_bulk_interactions
+    from fedrec_party_client.models import IngestRead
+    from fedrec_party_client.types import File
+
+    from cli.localfed import ADMIN, COORD_TOKEN, CoordinatorClient
+    from coordinator_api.main import create_app as coordinator_app
+    from services.db.session import upgrade
+    from tests.support.federation import TINY_CONFIG, coordinator_settings
+
+    lines = (DATA / "ml-100k" / "u1.base").read_text().split("\n")
+    rows = [line.split("\t") for line in lines if line.strip()]
+    with ExitStack() as stack:
+        parties = {}
+        for k in range(2):
+            pid = f"ml{k}"
+            url = f"sqlite:///{tmp_path / f'{pid}.db'}"
+            migrate(url)
+            csv_file = tmp_path / f"{pid}.csv"
+            mine = [r for r in rows if int(r[1]) % 2 == k]  # a vertical split: each party its own items
+            csv_file.write_text("user_id,item_id,rating,timestamp\n" + "".join(",".join(r) + "\n" for r in mine))
+            settings = PartySettings(party_id=pid, database_url=url, data_dir=tmp_path / pid, admin_token=ADMIN,
+                                     coordinator_token=COORD_TOKEN, api_keys=[f"key-{pid}-{'x' * 32}"])
+            server = stack.enter_context(live_server(create_app(settings)))
+            admin = stack.enter_context(AuthenticatedClient(base_url=server.url, token=ADMIN, timeout=300))
+            with csv_file.open("rb") as stream:  # httpx sends the open file in chunks
+                report = ingest_bulk_interactions.sync(client=admin, body=File(payload=stream, file_name=csv_file.name))
+            assert isinstance(report, IngestRead), report
+            assert report.rows == len(mine) and report.items == len({r[1] for r in mine})
+            parties[pid] = server
+        assert sum(len([r for r in rows if int(r[1]) % 2 == k]) for k in range(2)) == 80_000
+        curl = f"sqlite:///{tmp_path / 'coordinator.db'}"
+        upgrade(curl, environment="coordinator")
+        coordinator = stack.enter_context(live_server(coordinator_app(coordinator_settings(curl))))
+        client = CoordinatorClient(coordinator.url)
+        for pid, server in parties.items():
+            client.register(pid, server.url)
+        run = client.create_run(rounds=2, min_parties=2, seed=0, config=TINY_CONFIG)
+        status = client.wait(run["run_id"], timeout=600)
+    assert status["state"] == "completed", status["detail"]
+    both = {r[0] for r in rows if int(r[1]) % 2 == 0} & {r[0] for r in rows if int(r[1]) % 2 == 1}
+    assert status["n_users"] == len(both) and status["rounds_done"] == 2  # PSI: users of both parties
+    assert 0.5 < status["rounds"][-1]["metrics"]["train_rmse"] < 2.0

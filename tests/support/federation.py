@@ -65,8 +65,12 @@ class Federation:
 
 @contextmanager
 def federation(root: Path, *, n_parties: int = 3, wrap: Callable[[str, Any], Any] | None = None,
+               party: dict[str, Any] | None = None, server: dict[str, Any] | None = None,
                **coord: Any) -> Iterator[Federation]:
-    """Start parties (optionally wrapping each ASGI app) and a coordinator; load data; register parties."""
+    """Start parties (optionally wrapping each ASGI app) and a coordinator; load data; register parties.
+
+    `party` overrides every party's settings, `server` passes uvicorn options (TLS) to the party servers.
+    """
     datasets = tiny_parties(n_parties)
     with ExitStack() as stack:
         servers = {}
@@ -76,17 +80,18 @@ def federation(root: Path, *, n_parties: int = 3, wrap: Callable[[str, Any], Any
             url = f"sqlite:///{root / pid / 'party.db'}"
             migrate(url)
             settings = PartySettings(party_id=pid, database_url=url, data_dir=root / pid, admin_token=ADMIN,
-                                     coordinator_token=COORD_TOKEN, api_keys=[API_KEY])
+                                     coordinator_token=COORD_TOKEN, api_keys=[API_KEY], **(party or {}))
             app = party_app(settings)
-            server = LiveServer(wrap(pid, app) if wrap else app).start()
-            stack.callback(server.stop)
-            servers[pid] = server
-            load_party(http, server.url, ds)
+            live = LiveServer(wrap(pid, app) if wrap else app, **(server or {})).start()
+            stack.callback(live.stop)
+            servers[pid] = live
+            with live.client() as loader:
+                load_party(loader, live.url, ds)
         curl = f"sqlite:///{root / 'coordinator.db'}"
         upgrade(curl, environment="coordinator")
         coordinator = LiveServer(coordinator_app(coordinator_settings(curl, **coord))).start()
         stack.callback(coordinator.stop)
         client = CoordinatorClient(coordinator.url)
-        for pid, server in servers.items():
-            client.register(pid, server.url)
+        for pid, live in servers.items():
+            client.register(pid, live.url)
         yield Federation(servers, coordinator, datasets, root, client, http)

@@ -1,0 +1,163 @@
+"""Metrics, request ids and JSON logs for both APIs.
+
+`Observability` owns one prometheus registry per app (several apps live in one test process), the
+HTTP metrics every route shares (latency histogram per route, method and status; requests in
+flight) and a pure ASGI middleware that times each request, binds its request id (the caller's
+`X-Request-ID`, or a fresh one) for the logs and for calls the service makes onward, echoes it in
+the answer and logs one JSON line. `/metrics` answers with its own token (`*_METRICS_TOKEN`),
+never an API credential, so a scraper holds no power over data.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import ssl
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, Histogram, generate_latest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api_common.errors import ApiError
+from services.protocol.tracing import REQUEST_ID_HEADER, current_request_id, request_id_var
+
+log = logging.getLogger("fedrec.http")
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0)
+_RESERVED = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, the bound request id, and any `extra=` fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        body: dict[str, Any] = {"ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+                                "level": record.levelname.lower(), "logger": record.name,
+                                "message": record.getMessage()}
+        request_id = current_request_id()
+        if request_id:
+            body["request_id"] = request_id
+        body.update({k: v for k, v in record.__dict__.items() if k not in _RESERVED and not k.startswith("_")})
+        if record.exc_info:
+            body["exception"] = self.formatException(record.exc_info)
+        return json.dumps(body, default=str)
+
+
+def configure_json_logging(level: str = "INFO") -> None:
+    """Route every logger (ours and uvicorn's) to stdout as JSON lines (process entry points call this)."""
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logging.getLogger(name).handlers[:] = []
+        logging.getLogger(name).propagate = True
+
+
+def uvicorn_options(*, log_format: str, cert: Path | None, key: Path | None,
+                    client_ca: Path | None = None) -> dict[str, Any]:
+    """uvicorn.run keywords for a service's logs and TLS (client certificates required when a client CA is set)."""
+    options: dict[str, Any] = {}
+    if log_format == "json":
+        configure_json_logging()
+        # Our logging config stays; the middleware writes one JSON line per request instead of the access log.
+        options.update(log_config=None, access_log=False)
+    if cert is not None and key is not None:
+        options.update(ssl_certfile=str(cert), ssl_keyfile=str(key))
+        if client_ca is not None:
+            options.update(ssl_ca_certs=str(client_ca), ssl_cert_reqs=ssl.CERT_REQUIRED)
+    return options
+
+
+class Observability:
+    """An app's metric registry and HTTP metrics; services add their own metrics to `registry`."""
+
+    def __init__(self, *, service: str, metrics_token: str | None) -> None:
+        self.service = service
+        self.metrics_token = metrics_token
+        self.registry = CollectorRegistry()
+        self.latency = Histogram("fedrec_http_request_duration_seconds", "HTTP request latency",
+                                 ["route", "method", "status"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.in_flight = Gauge("fedrec_http_requests_in_flight", "HTTP requests being served",
+                               registry=self.registry)
+
+    def install(self, app: FastAPI) -> None:
+        """Add the middleware and the /metrics route to an app."""
+        app.add_middleware(_ObservedRequests, observability=self)
+
+        async def metrics(request: Request) -> Response:
+            """Prometheus metrics of this process (Authorization: Bearer <metrics token>)."""
+            self.check_token(request.headers.get("authorization"))
+            return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
+
+        app.add_api_route("/metrics", metrics, methods=["GET"], include_in_schema=False)
+
+    def check_token(self, authorization: str | None) -> None:
+        """404 when no metrics token is set (metrics off), 401/403 without the right one."""
+        if not self.metrics_token:
+            raise ApiError(404, "not_found", "metrics are off: set a metrics token to enable /metrics")
+        presented = (authorization or "").removeprefix("Bearer ").strip()
+        if not presented:
+            raise ApiError(401, "unauthorized", "missing metrics token (Authorization header)",
+                           {"WWW-Authenticate": "Bearer"})
+        if not hmac.compare_digest(presented.encode(), self.metrics_token.encode()):
+            raise ApiError(403, "forbidden", "wrong metrics token")
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+def _valid_id(value: str | None) -> str | None:
+    """A caller's request id is kept when short and printable (it ends up in logs and onward headers)."""
+    if value and len(value) <= 128 and value.isascii() and value.isprintable():
+        return value
+    return None
+
+
+class _ObservedRequests:
+    """Pure ASGI middleware: request id, latency histogram, in-flight gauge, one JSON log line per request."""
+
+    def __init__(self, app: ASGIApp, *, observability: Observability) -> None:
+        self.app, self.obs = app, observability
+        self._id_header = REQUEST_ID_HEADER.lower().encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = _valid_id(_header(scope, self._id_header)) or uuid.uuid4().hex
+        token = request_id_var.set(request_id)
+        status = 500
+        started = time.perf_counter()
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", []), (self._id_header, request_id.encode())]
+            await send(message)
+
+        self.obs.in_flight.inc()
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            elapsed = time.perf_counter() - started
+            self.obs.in_flight.dec()
+            route = scope.get("route")
+            path = getattr(route, "path", None) or "unmatched"  # the template: bounded label values
+            self.obs.latency.labels(path, scope["method"], str(status)).observe(elapsed)
+            log.info("request", extra={"method": scope["method"], "route": path, "status": status,
+                                       "duration_ms": round(elapsed * 1e3, 3), "request_id": request_id,
+                                       "service": self.obs.service})
+            request_id_var.reset(token)
