@@ -26,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, His
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api_common.errors import ApiError
+from api_common.logs import RedactUserIds
 from services.protocol.tracing import REQUEST_ID_HEADER, current_request_id, request_id_var
 
 log = logging.getLogger("fedrec.http")
@@ -82,6 +83,7 @@ class Observability:
     def __init__(self, *, service: str, metrics_token: str | None) -> None:
         self.service = service
         self.metrics_token = metrics_token
+        self.redactor = RedactUserIds()  # request lines carry hashed user ids, never the ids
         self.registry = CollectorRegistry()
         self.latency = Histogram("fedrec_http_request_duration_seconds", "HTTP request latency",
                                  ["route", "method", "status"], buckets=LATENCY_BUCKETS, registry=self.registry)
@@ -116,6 +118,12 @@ def _header(scope: Scope, name: bytes) -> str | None:
         if key == name:
             return str(value.decode("latin-1"))
     return None
+
+
+def _raw_path(scope: Scope) -> str:
+    """The path as it arrived (percent-encoded), so a user id stays one segment for the redactor."""
+    raw = scope.get("raw_path")
+    return raw.decode("latin-1") if isinstance(raw, bytes) else str(scope.get("path", ""))
 
 
 def _valid_id(value: str | None) -> str | None:
@@ -158,6 +166,7 @@ class _ObservedRequests:
             path = getattr(route, "path", None) or "unmatched"  # the template: bounded label values
             self.obs.latency.labels(path, scope["method"], str(status)).observe(elapsed)
             log.info("request", extra={"method": scope["method"], "route": path, "status": status,
+                                       "path": self.obs.redactor.redact(_raw_path(scope)),
                                        "duration_ms": round(elapsed * 1e3, 3), "request_id": request_id,
                                        "service": self.obs.service})
             request_id_var.reset(token)
