@@ -15,6 +15,7 @@ import argparse
 import io
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -31,7 +32,8 @@ from services.db.session import make_engine, migrate
 from services.party.ingest import ingest_stream
 from services.party.serving import ServingModel, publish
 
-API_KEY = "bench-api-key"
+API_KEY = secrets.token_urlsafe(32)
+ADMIN, COORDINATOR = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
 POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 # wrk scripts: random users / random pair batches, and a summary line wrk's Lua prints at the end.
@@ -134,8 +136,8 @@ def wrk(url: str, path: str, script: str, *, connections: int, seconds: int, thr
 def start_party(url: str, workers: int | None, log: Path) -> tuple[subprocess.Popen[bytes], str]:
     """`python -m party_api` on the database, waited on until ready."""
     port = free_port()
-    env = {**os.environ, "PARTY_DATABASE_URL": url, "PARTY_ADMIN_TOKEN": "bench-admin-token",
-           "PARTY_COORDINATOR_TOKEN": "bench-coordinator-token", "PARTY_API_KEYS": json.dumps([API_KEY]),
+    env = {**os.environ, "PARTY_DATABASE_URL": url, "PARTY_ADMIN_TOKEN": ADMIN,
+           "PARTY_COORDINATOR_TOKEN": COORDINATOR, "PARTY_API_KEYS": json.dumps([API_KEY]),
            "PARTY_PORT": str(port)}
     if workers:
         env["PARTY_WORKERS"] = str(workers)
