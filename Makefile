@@ -35,6 +35,10 @@ test: venv system-deps
 	$(PY) -m mypy services models api_common party_api coordinator_api cli
 	$(PY) -m pytest -q
 
+# Bounded schemathesis runs against a live party and coordinator, with and without credentials (< 10 min).
+fuzz: venv
+	$(PY) tests/fuzz/fuzz.py
+
 bench-ingest: venv
 	$(PY) benchmarks/ingest.py
 

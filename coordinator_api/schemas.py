@@ -7,6 +7,11 @@ from typing import Annotated, Any
 
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 
+# A credential goes into an HTTP header and a URL into a request line: printable ASCII only, no spaces
+# (a token the coordinator could not send would make every call to that party fail as "unavailable").
+TOKEN_PATTERN = r"^[\x21-\x7e]+$"
+URL_PATTERN = r"^https?://[\x21-\x7e]+$"
+
 
 def _utc(value: Any) -> Any:
     """SQLite hands back naive datetimes; every stored time is UTC, so say so (RFC 3339 with offset)."""
@@ -31,8 +36,8 @@ class PartyCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     party_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
-    url: str = Field(min_length=8, max_length=512)
-    token: str = Field(min_length=1, max_length=256)
+    url: str = Field(min_length=8, max_length=512, pattern=URL_PATTERN)
+    token: str = Field(min_length=1, max_length=256, pattern=TOKEN_PATTERN)
     role: str = Field(default="ratings", pattern=r"^(ratings|social)$")
 
 
@@ -40,8 +45,8 @@ class PartyUpdate(BaseModel):
     """Change any of a party's fields."""
 
     model_config = ConfigDict(extra="forbid")
-    url: str | None = Field(default=None, min_length=8, max_length=512)
-    token: str | None = Field(default=None, min_length=1, max_length=256)
+    url: str | None = Field(default=None, min_length=8, max_length=512, pattern=URL_PATTERN)
+    token: str | None = Field(default=None, min_length=1, max_length=256, pattern=TOKEN_PATTERN)
     role: str | None = Field(default=None, pattern=r"^(ratings|social)$")
     enabled: bool | None = None
 

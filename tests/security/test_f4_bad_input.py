@@ -112,6 +112,7 @@ def test_concurrent_ingest_and_erase_of_one_user_never_500(party: str) -> None:
 
 
 def test_non_ascii_credential_is_refused_not_500(tmp_path: Path) -> None:
+    from cli.localfed import ADMIN as ADMIN_COORD
     from cli.localfed import coordinator_proc
 
     coord = coordinator_proc(tmp_path).start()
@@ -121,5 +122,11 @@ def test_non_ascii_credential_is_refused_not_500(tmp_path: Path) -> None:
             assert r.status_code in (401, 403), r.text
         r = httpx.get(f"{coord.url}/v1/users/u1/recommendations", headers=[(b"X-API-Key", b"\xe9" * 40)])
         assert r.status_code == 403
+        # Found by `make fuzz`: a party token the coordinator cannot send in a header made every call to
+        # that party a 502; such tokens (and URLs) are refused when registered.
+        auth = {"Authorization": f"Bearer {ADMIN_COORD}"}
+        bad = {"party_id": "p1", "url": "http://127.0.0.1:9", "token": "tok\u00ef" + "x" * 32}
+        r = httpx.post(f"{coord.url}/v1/parties", headers=auth, json=bad)
+        assert r.status_code == 422 and r.json()["field"] == "token", r.text
     finally:
         coord.stop()
