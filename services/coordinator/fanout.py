@@ -33,6 +33,8 @@ def merged_recommendations(*, session: Session, manager: RunManager, user_id: st
             return exc.code  # the code only: a party's error detail is not the app's to read
 
     answers, failures = fan_out(manager._pool, clients, ask)
+    # "code: detail" -> code: a party's host names and error details are not the app's to read.
+    failures = {pid: reason.split(":", 1)[0] for pid, reason in failures.items()}
     items: list[dict[str, Any]] = []
     unknown = 0
     for pid, body in answers.items():

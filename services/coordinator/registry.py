@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -60,6 +61,14 @@ def seal_stored(*, session: Session) -> int:
 def _check_url(url: str) -> None:
     if not url.startswith(("http://", "https://")):
         raise ValidationFailed("url must start with http:// or https://", extra={"field": "url"})
+    try:  # found by make fuzz: "http://[" was stored, and every later call to that party failed
+        parts = urlsplit(url)
+        valid = bool(parts.hostname) and not parts.query and not parts.fragment and parts.port != 0
+    except ValueError:  # a malformed host or port
+        valid = False
+    if not valid:
+        raise ValidationFailed("url must be an absolute http(s) URL with a host, without query or fragment",
+                               extra={"field": "url"})
 
 
 def register(*, session: Session, party_id: str, url: str, token: str, role: str = "ratings") -> PartyEndpoint:

@@ -38,7 +38,10 @@ def profiles(party: str, coord: str) -> dict[str, tuple[str, list[str]]]:
         "party-admin+key": (party, [f"Authorization: Bearer {ADMIN}", f"X-API-Key: {API_KEY}"]),
         "party-coordinator": (party, [f"Authorization: Bearer {COORD_TOKEN}", f"X-Fedrec-Protocol: {PROTOCOL_VERSION}"]),
         "coordinator-none": (coord, []),
-        "coordinator-admin+key": (coord, [f"Authorization: Bearer {ADMIN}", f"X-API-Key: {API_KEY}"]),
+        "coordinator-key": (coord, [f"X-API-Key: {API_KEY}"]),
+        # Last: the admin profile re-points and removes registered parties, after which the fan-out
+        # rightly answers 502 (no party reachable); that is the documented answer, not a finding.
+        "coordinator-admin": (coord, [f"Authorization: Bearer {ADMIN}"]),
     }
 
 
@@ -72,7 +75,7 @@ def main() -> None:
     """Start the services, fuzz every profile, print the summary."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--max-examples", type=int, default=25)
-    parser.add_argument("--max-time", type=int, default=80, help="seconds per profile")
+    parser.add_argument("--max-time", type=int, default=70, help="seconds per profile")
     parser.add_argument("--out", type=Path, default=Path("var/fuzz"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

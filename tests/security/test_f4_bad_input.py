@@ -128,5 +128,8 @@ def test_non_ascii_credential_is_refused_not_500(tmp_path: Path) -> None:
         bad = {"party_id": "p1", "url": "http://127.0.0.1:9", "token": "tok\u00ef" + "x" * 32}
         r = httpx.post(f"{coord.url}/v1/parties", headers=auth, json=bad)
         assert r.status_code == 422 and r.json()["field"] == "token", r.text
+        for url in ("http://[", "http://a:99999", "http://a/?x=1"):
+            r = httpx.post(f"{coord.url}/v1/parties", headers=auth, json={**bad, "token": "t" * 32, "url": url})
+            assert r.status_code == 422 and r.json()["field"] == "url", (url, r.text)
     finally:
         coord.stop()
