@@ -144,7 +144,7 @@ def start_party(url: str, workers: int | None, log: Path) -> tuple[subprocess.Po
     proc = subprocess.Popen([sys.executable, "-m", "party_api"], env=env, stdout=log.open("wb"),
                             stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
-    wait_healthy(base, timeout=120, proc=proc, log=log, path="/ready")
+    wait_healthy(base, timeout=600, proc=proc, log=log, path="/ready")  # workers import slowly on a busy machine
     return proc, base
 
 
