@@ -56,6 +56,9 @@ class TrainConfig(BaseModel):
     dgrec_strength: float = Field(1.0, gt=0.0, description="DGREC perturbation strength β (β-LDP per element)")
     use_projection: bool = True
     use_quantization: bool = True
+    secure_aggregation: bool = Field(False, description="mask every per-party message the coordinator sums "
+                                     "(pairwise X25519 masks); the coordinator API turns it on for every run "
+                                     "unless the run's config sets it false")
     seed: int = Field(0, ge=0)
 
     @model_validator(mode="after")
@@ -80,6 +83,9 @@ class TrainConfig(BaseModel):
                                     **({"delta": self.dgrec_delta, "strength": self.dgrec_strength,
                                         "ldp_epsilon_per_element": self.dgrec_strength}
                                        if self.use_quantization and self.gradient_protection == "dgrec" else {})},
+            "secure_aggregation": {"enabled": self.secure_aggregation,
+                                   "coordinator_sees": "sums over the round's participants only"
+                                   if self.secure_aggregation else "each party's projections and uploads"},
         }
 
     def reg_factor(self, round_index: int) -> float:

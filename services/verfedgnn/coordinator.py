@@ -22,6 +22,15 @@ from services.verfedgnn.types import SPLITS, GradientUpload, MetricSums, RoundMe
 _SELECT_TAG = 104729  # separates the participant-draw stream from other seeded streams
 
 
+def upload_gradients(upload: GradientUpload, *, grad_scale: float) -> dict[str, np.ndarray]:
+    """A party's public gradients as the coordinator decodes them (ternary × r, divided by grad_scale)."""
+    if upload.quantized:
+        inv = np.float32(1.0 / grad_scale)
+        return {k: ternary_dequantize(TernaryUpload(q.shape, q.r, q.indices, q.signs)) * inv
+                for k, q in upload.quantized.items()}
+    return {k: np.asarray(v, dtype=np.float32) for k, v in upload.dense.items()}
+
+
 class CoordinatorTrainer:
     """Holds and updates the public parameters; aggregates with the partial-participation estimator."""
 
@@ -73,11 +82,7 @@ class CoordinatorTrainer:
         return out
 
     def _decode(self, upload: GradientUpload) -> dict[str, np.ndarray]:
-        if upload.quantized:
-            inv = np.float32(1.0 / self.config.grad_scale)
-            return {k: ternary_dequantize(TernaryUpload(q.shape, q.r, q.indices, q.signs)) * inv
-                    for k, q in upload.quantized.items()}
-        return {k: np.asarray(v, dtype=np.float32) for k, v in upload.dense.items()}
+        return upload_gradients(upload, grad_scale=self.config.grad_scale)
 
     def aggregate_and_step(self, *, uploads: dict[str, GradientUpload]) -> RoundMetrics:
         """Estimate Σ_p ∇f_p from the participants' uploads, take one optimizer step, summarise."""
@@ -92,16 +97,42 @@ class CoordinatorTrainer:
                 if k not in total or g.shape != total[k].shape:
                     raise ProtocolError(f"party {name}: unexpected gradient {k} {g.shape}")
                 total[k] += g
+        self._step(total, scale=scale, round_index=uploads[names[0]].round_index)
+        return self._summary(uploads, names)
+
+    def _step(self, total: dict[str, np.ndarray], *, scale: float, round_index: int) -> None:
+        """One optimizer step on the estimated gradient `scale` · Σ_p ∇f_p (+ the exact L2 of e_u^0)."""
+        params = dict(self.public.named_parameters())
         self.optimizer.zero_grad(set_to_none=True)
         grads = {k: torch.from_numpy(total[k] * np.float32(scale)) for k in params}
         if self.config.weight_decay > 0:  # the L2 term of e_u^0 needs no party data: exact, no noise
-            ramp = self.config.reg_factor(uploads[names[0]].round_index)  # the parties' round, same ramp
+            ramp = self.config.reg_factor(round_index)  # the parties' round, same ramp
             grads["user_emb"] += 2.0 * ramp * self.config.weight_decay * params["user_emb"].detach()
         for k, p in params.items():
             p.grad = grads[k]
         self.optimizer.step()
         self.round_index += 1
-        return self._summary(uploads, names)
+
+    def step_with_sums(self, *, round_index: int, participants: list[str], grads: dict[str, np.ndarray],
+                       loss: float, metrics: dict[str, MetricSums], upload_bytes: int) -> RoundMetrics:
+        """Secure aggregation: the same step from the participants' SUMS only (no per-party figure exists)."""
+        names = sorted(participants)
+        if not names:
+            raise ProtocolError("no participants to aggregate")
+        params = dict(self.public.named_parameters())
+        total = {}
+        for k, p in params.items():
+            if k not in grads or tuple(grads[k].shape) != tuple(p.shape):
+                raise ProtocolError(f"summed gradient {k} missing or of the wrong shape")
+            total[k] = np.asarray(grads[k], dtype=np.float32)
+        self._step(total, scale=participation_scale(item_counts=self.item_counts, participants=names),
+                   round_index=round_index)
+        rmse, mae = {}, {}
+        for split in SPLITS:
+            rmse[split], mae[split] = rmse_mae([metrics.get(split, MetricSums())])
+        nnz = sum(int(np.count_nonzero(g)) for g in total.values())
+        return RoundMetrics(round_index=round_index, participants=names, loss=float(loss), rmse=rmse, mae=mae,
+                            per_party={}, upload_bytes=upload_bytes, upload_nonzeros=nnz)
 
     def _summary(self, uploads: dict[str, GradientUpload], names: list[str]) -> RoundMetrics:
         rmse, mae, per_party = {}, {}, {}

@@ -56,8 +56,11 @@ def _tensors(t: RatingTriples) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
 class PartyTrainer:
     """One party's training state: local graph, private item parameters and their optimizer state."""
 
-    def __init__(self, *, config: TrainConfig, data: PartyData, seed: int) -> None:
+    def __init__(self, *, config: TrainConfig, data: PartyData, seed: int, local_seed: int | None = None) -> None:
+        """`seed` is the run seed; `local_seed`, when given, is party-local randomness only this party
+        holds (its item-embedding initialisation and quantization draws); Φ comes from `config.seed`."""
         self.config, self.data, self.seed = config, data, seed
+        self.local_seed = local_seed
         self.party_id = data.party_id
         self.arch = model_config(config)
         tr = data.train
@@ -68,8 +71,9 @@ class PartyTrainer:
                                                n_levels=max(1, config.rating_levels))
         self.scale = data.total_items / max(1, data.n_items)
         self.public: PublicModel = build_public(config=self.arch, n_users=data.n_users, seed=seed)
-        self.private: PrivateItems = build_private(config=self.arch, n_items=data.n_items,
-                                                   seed=seed * 1_000_003 + party_number(self.party_id) % 1_000_003)
+        init_seed = (seed * 1_000_003 + party_number(self.party_id) % 1_000_003 if local_seed is None
+                     else local_seed % (2**63))
+        self.private: PrivateItems = build_private(config=self.arch, n_items=data.n_items, seed=init_seed)
         self.optimizer = make_optimizer(config, list(self.private.parameters()), config.private_lr)
         self._splits = {name: _tensors(data.split(name)) for name in SPLITS}
         counts = np.bincount(tr.users, minlength=data.n_users).astype(np.float32)
@@ -228,7 +232,8 @@ class PartyTrainer:
         assert self._round is not None
         if not self.config.use_quantization:
             return GradientUpload(self.party_id, self._round, loss, dense=grads, metrics=metrics)
-        rng = np.random.default_rng([self.seed, party_number(self.party_id), self._round])
+        base = self.seed if self.local_seed is None else self.local_seed
+        rng = np.random.default_rng([base, party_number(self.party_id), self._round])
         gs = np.float32(self.config.grad_scale)
         scaled = grads if gs == 1 else {k: v * gs for k, v in grads.items()}
         if self.config.gradient_protection == "dgrec":

@@ -1,0 +1,136 @@
+"""Masked rounds: same training as plain rounds, the coordinator never holds a per-party value, drop-outs recovered."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pytest
+
+from services.crypto.secagg import SecAggParty, decode_fixed
+from services.errors import ProtocolError
+from services.verfedgnn.config import TrainConfig
+from services.verfedgnn.coordinator import CoordinatorTrainer
+from services.verfedgnn.party import PartyTrainer
+from services.verfedgnn.rounds import InProcessFederation, run_round
+from services.verfedgnn.secure import (
+    SecureInProcessFederation,
+    SecureLink,
+    agree_in_process,
+    run_secure_round,
+)
+from tests.unit.verfedgnn.test_engine import tiny_parties
+from tests.unit.verfedgnn.test_rounds import FailingLink
+
+CFG = TrainConfig(model="gcn", dim=4, layers=2, thd=1.0, seed=2)
+
+
+def pair(config: TrainConfig = CFG) -> tuple[InProcessFederation, SecureInProcessFederation]:
+    """The same parties twice: a plain and a masked federation (same seeds)."""
+    datas = tiny_parties(items=(12, 8, 10))
+
+    def build() -> tuple[CoordinatorTrainer, dict[str, PartyTrainer]]:
+        coord = CoordinatorTrainer(config=config, n_users=40, global_mean=3.0,
+                                   item_counts={p.party_id: p.n_items for p in datas})
+        return coord, {p.party_id: PartyTrainer(config=config, data=p, seed=config.seed) for p in datas}
+
+    c1, t1 = build()
+    c2, t2 = build()
+    sec = {p: SecAggParty(party_id=p, secret=p.encode() * 16, run_id="r") for p in t2}
+    agree_in_process(sec, run_seed=config.seed)
+    return InProcessFederation(coordinator=c1, parties=t1), SecureInProcessFederation(coordinator=c2, parties=t2,
+                                                                                      secagg=sec)
+
+
+def test_masked_rounds_train_like_plain_rounds() -> None:
+    plain, masked = pair()
+    for t in range(4):
+        a, b = plain.run_round(t), masked.run_round(t)
+        assert a.participants == b.participants
+        for split in ("train", "valid", "test"):
+            assert b.rmse[split] == pytest.approx(a.rmse[split], abs=1e-6)
+        assert b.loss == pytest.approx(a.loss, rel=1e-6)
+        assert b.per_party == {}  # the coordinator cannot tell the parties' figures apart
+    pa, pb = plain.coordinator.public_params(), masked.coordinator.public_params()
+    for k in pa:
+        np.testing.assert_allclose(pb[k], pa[k], atol=1e-5)
+
+
+class Recorder:
+    """Keeps every masked vector a party sends the coordinator."""
+
+    def __init__(self, inner: SecureLink, seen: list[np.ndarray]) -> None:
+        self.inner, self.seen = inner, seen
+
+    @property
+    def party_id(self) -> str:
+        return self.inner.party_id
+
+    def begin(self, **kw: object) -> None:
+        self.inner.begin(**kw)  # type: ignore[arg-type]
+
+    def masked_projection(self, **kw: object) -> np.ndarray:
+        out = self.inner.masked_projection(**kw)  # type: ignore[arg-type]
+        self.seen.append(out)
+        return out
+
+    def total(self, **kw: object) -> None:
+        self.inner.total(**kw)  # type: ignore[arg-type]
+
+    def masked_finish(self, **kw: object) -> np.ndarray:
+        out = self.inner.masked_finish(**kw)  # type: ignore[arg-type]
+        self.seen.append(out)
+        return out
+
+    def recovery(self, **kw: object) -> np.ndarray:
+        return self.inner.recovery(**kw)  # type: ignore[arg-type]
+
+
+def test_wire_audit_no_unmasked_per_party_value_reaches_the_coordinator() -> None:
+    plain, masked = pair()
+    seen: list[np.ndarray] = []
+    masked.links = {p: Recorder(link, seen) for p, link in masked.links.items()}  # type: ignore[misc]
+    masked.run_round(0)
+    for p, trainer in plain.parties.items():  # what each party would have sent in the clear
+        trainer.begin_round(round_index=0, public=plain.coordinator.public_params())
+        y = trainer.layer_projection(layer=0).astype(np.float64).ravel()
+        for v in seen:
+            if v.size == y.size:
+                assert np.max(np.abs(decode_fixed(v) - y)) > 1e3  # uniform over the ring, nowhere near Y_p
+    assert len(seen) == 3 * 3  # 3 parties × (2 layers + finish), each masked
+
+
+def fail(links: Mapping[str, SecureLink], party: str, step: str) -> dict[str, SecureLink]:
+    class Failing(Recorder):
+        def masked_projection(self, **kw: object) -> np.ndarray:
+            if step == f"projection[{kw['layer']}]":
+                raise ProtocolError("party died")
+            return self.inner.masked_projection(**kw)  # type: ignore[arg-type]
+
+        def masked_finish(self, **kw: object) -> np.ndarray:
+            if step == "finish":
+                raise ProtocolError("party died")
+            return self.inner.masked_finish(**kw)  # type: ignore[arg-type]
+
+    return {p: Failing(link, []) if p == party else link for p, link in links.items()}  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("step", ["projection[1]", "finish"])
+def test_a_party_dropping_mid_round_is_recovered_and_matches_the_plain_round(step: str) -> None:
+    plain, masked = pair()
+    a = run_round(coord=plain.coordinator, links={p: FailingLink(l, step) if p == "p1" else l
+                                                   for p, l in plain.links.items()}, round_index=0, min_parties=2)
+    b = run_secure_round(coord=masked.coordinator, links=fail(masked.links, "p1", step), round_index=0,
+                         min_parties=2)
+    assert a.metrics is not None and b.metrics is not None
+    assert b.participants == ["p0", "p2"] and "p1" in b.failures
+    assert b.metrics.rmse["train"] == pytest.approx(a.metrics.rmse["train"], abs=1e-6)
+    nxt = masked.run_round(1)  # the run goes on with every party
+    assert nxt.participants == ["p0", "p1", "p2"]
+
+
+def test_a_lone_survivor_never_sends_its_value() -> None:
+    _, masked = pair()
+    out = run_secure_round(coord=masked.coordinator, links=fail(fail(masked.links, "p1", "projection[0]"), "p2",
+                                                                "projection[0]"), round_index=0, min_parties=1)
+    assert out.metrics is None  # one party left: abandoned, never unmasked
