@@ -2,6 +2,10 @@
 
 Prints one JSON line: seconds of the training rounds each way, their ratio, bytes per round per
 party, and both test RMSEs (same seeds, so they should agree to 4 decimals).
+
+With --secure-aggregation both runs mask every per-party message (the coordinator sees sums only),
+and a second HTTP run on the same party processes, the same seeds and secure aggregation off gives
+"bytes_per_round_per_party_plain", "seconds_plain" and "rmse_plain" beside them.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import torch
@@ -37,11 +42,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--party-threads", type=int, default=1,
                     help="torch threads per party process (parties run in parallel on the same cores)")
+    ap.add_argument("--secure-aggregation", action="store_true",
+                    help="mask every per-party message; also run the same HTTP training unmasked for comparison")
     args = ap.parse_args(argv)
     ds = load_ml100k(args.data, split=args.split)
     parts = {f"party{k}": p for k, p in enumerate(vertical_split_dataset(ds, args.parties, seed=args.seed))}
     cfg = {k: v for k, v in preset_values(args.preset, args.model).items() if k not in ("rounds", "patience")}
     cfg |= {"patience": args.rounds}  # fixed rounds: both runs do exactly --rounds
+    cfg |= {"secure_aggregation": args.secure_aggregation}
     config = TrainConfig(**cfg, seed=args.seed, rounds=args.rounds)
     torch.set_num_threads(args.party_threads)  # the same torch threads as each party process
     ref = run_reference(parties=parts, config=config, rounds=args.rounds)
@@ -60,21 +68,25 @@ def main(argv: list[str] | None = None) -> None:
             load_party(http, proc.url, ds_p)
             cc.register(pid, proc.url)
         started = time.perf_counter()
-        run = cc.create_run(rounds=args.rounds, min_parties=args.parties, seed=args.seed, config=cfg)
-        # Each status answer carries every round so far: polling it at 10 Hz costs the coordinator
-        # O(rounds) CPU per poll on the cores the parties train on, so poll slowly here.
-        status = cc.wait(run["run_id"], timeout=3600, poll_s=1.0)
+        status = _http_run(cc, args, cfg)
         total = time.perf_counter() - started
+        plain = _http_run(cc, args, {**cfg, "secure_aggregation": False}) if args.secure_aggregation else None
     finally:
         for proc in [coord, *procs]:
             proc.stop()
-    if status["state"] != "completed":
-        raise SystemExit(f"HTTP run ended {status['state']}: {status['detail']}")
     rounds = status["rounds"]
     seconds_http = sum(r["seconds"] for r in rounds)
-    per_party = {p: sum(r["bytes_sent"].get(p, 0) + r["bytes_received"].get(p, 0) for r in rounds) / len(rounds)
-                 for p in parts}
+    per_party = _bytes_per_round(rounds, parts)
+    extra: dict[str, object] = {}
+    if plain is not None:
+        plain_bytes = _bytes_per_round(plain["rounds"], parts)
+        seconds_plain = sum(r["seconds"] for r in plain["rounds"])
+        extra = {"bytes_per_round_per_party_plain": round(sum(plain_bytes.values()) / len(plain_bytes)),
+                 "seconds_plain": round(seconds_plain, 3),
+                 "rmse_plain": round(plain["rounds"][-1]["metrics"]["test_rmse"], 6),
+                 "ratio_masked_over_plain": round(seconds_http / seconds_plain, 3)}
     print(json.dumps({
+        "secure_aggregation": args.secure_aggregation,
         "data": f"ml-100k/{args.split}", "parties": args.parties, "model": args.model, "rounds": args.rounds,
         "preset": args.preset, "seed": args.seed, "party_threads": args.party_threads, "seconds_inprocess": round(ref.seconds, 3), "seconds_http": round(seconds_http, 3),
         "ratio": round(seconds_http / ref.seconds, 3), "seconds_http_total_with_psi_and_setup": round(total, 3),
@@ -82,7 +94,25 @@ def main(argv: list[str] | None = None) -> None:
         "bytes_per_round_by_party": {p: round(v) for p, v in per_party.items()},
         "rounds_with_failures": sum(1 for r in rounds if r["failures"]),
         "rmse_inprocess": round(ref.test_rmse, 6), "rmse_http": round(rounds[-1]["metrics"]["test_rmse"], 6),
+        **extra,
     }))
+
+
+def _http_run(cc: CoordinatorClient, args: argparse.Namespace, cfg: dict[str, Any]) -> dict[str, Any]:
+    """One coordinator run to the end (fixed rounds); exits if it does not complete."""
+    run = cc.create_run(rounds=args.rounds, min_parties=args.parties, seed=args.seed, config=cfg)
+    # Each status answer carries every round so far: polling it at 10 Hz costs the coordinator
+    # O(rounds) CPU per poll on the cores the parties train on, so poll slowly here.
+    status = cc.wait(run["run_id"], timeout=3600, poll_s=1.0)
+    if status["state"] != "completed":
+        raise SystemExit(f"HTTP run ended {status['state']}: {status['detail']}")
+    return status
+
+
+def _bytes_per_round(rounds: list[dict[str, Any]], parts: dict[str, Any]) -> dict[str, float]:
+    """Bytes each party sent and received per round (request and response bodies)."""
+    return {p: sum(r["bytes_sent"].get(p, 0) + r["bytes_received"].get(p, 0) for r in rounds) / len(rounds)
+            for p in parts}
 
 
 if __name__ == "__main__":

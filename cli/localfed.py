@@ -20,6 +20,7 @@ from cli.http import checked
 from services.data.types import Dataset, Ratings
 from services.db.session import owner_only_dir, owner_only_file
 from services.errors import Conflict
+from services.verfedgnn.secure import dev_party_secret
 
 # Fresh secrets per process: the services refuse short or public tokens outside dev mode, and the
 # processes of a local federation get them through their environment.
@@ -116,7 +117,8 @@ def party_proc(party_id: str, root: Path, *, port: int | None = None,
     owner_only_dir(home)
     env = {"PARTY_PARTY_ID": party_id, "PARTY_DATABASE_URL": f"sqlite:///{home / 'party.db'}",
            "PARTY_DATA_DIR": str(home), "PARTY_ADMIN_TOKEN": ADMIN, "PARTY_COORDINATOR_TOKEN": COORD_TOKEN,
-           "PARTY_API_KEYS": f'["{API_KEY}"]', **ONE_THREAD, **(extra_env or {})}
+           "PARTY_API_KEYS": f'["{API_KEY}"]', "PARTY_SECRET": dev_party_secret(party_id).hex(), **ONE_THREAD,
+           **(extra_env or {})}
     return Proc(party_id, f"http://127.0.0.1:{port}", env,
                 [sys.executable, "-m", "party_api", "--host", "127.0.0.1", "--port", str(port)], home / "log.txt")
 

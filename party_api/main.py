@@ -41,8 +41,10 @@ def create_app(settings: PartySettings) -> FastAPI:
         engine = make_engine(settings.database_url)
         sessions = make_sessionmaker(engine)
         app.state.engine, app.state.sessionmaker = engine, sessions
-        app.state.federation = FederationService(sessions=sessions, party_id=settings.party_id,
-                                                 rating_min=settings.rating_min, rating_max=settings.rating_max)
+        app.state.federation = FederationService(
+            sessions=sessions, party_id=settings.party_id, rating_min=settings.rating_min,
+            rating_max=settings.rating_max, secret=bytes.fromhex(settings.secret) if settings.secret else None,
+            peer_identities=settings.peer_identities)
         app.state.model_cache = cache = ModelCache(sessions=sessions, refresh_s=settings.serving_refresh_s,
                                                    on_load=lambda snap: model_version.set(snap.version))
         cache.start()

@@ -114,6 +114,11 @@ class PartySettings(GuardSettings):
     social_max_body_bytes: int = Field(64 << 20, ge=1)
     # Shortest Paillier modulus a peer's key may have; dev mode defaults to 512 (small keys only in tests).
     paillier_min_key_bits: int = Field(2048, ge=256)
+    # This party's long-lived secret (hex, >= 16 bytes): its X25519/Ed25519 keys, its share of the agreed
+    # projection seed and its private initialisation derive from it. Unset: drawn once and kept in the DB.
+    secret: str | None = Field(default=None, repr=False, pattern=r"^([0-9a-fA-F]{2}){16,}$")
+    # Pinned Ed25519 identity keys of the peers ({party_id: hex}); unpinned peers are trusted on first use.
+    peer_identities: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _secrets(self) -> "PartySettings":

@@ -10,7 +10,7 @@ from api_common.guard import body_class
 from coordinator_api.deps import AdminDep, ManagerDep, SessionDep
 from coordinator_api.schemas import RoundRead, TrainingRunCreate, TrainingRunRead
 from services.coordinator import runs
-from services.coordinator.runner import train_config
+from services.coordinator.runner import epsilon_spent, train_config
 from services.db.coordinator_tables import RoundRow, RunRow
 from services.privacy.report import privacy_report
 
@@ -24,7 +24,8 @@ def _read(run: RunRow, rounds: list[RoundRow]) -> TrainingRunRead:
         run_id=run.run_id, state=run.state, detail=run.detail, rounds_total=run.rounds_total,
         rounds_done=run.rounds_done, current_round=min(run.rounds_done, run.rounds_total - 1),
         min_parties=run.min_parties, seed=run.seed, party_ids=run.party_ids, n_users=run.n_users,
-        config=run.config, privacy=config.privacy_record(), privacy_report=privacy_report(config),
+        config=run.config, privacy={**config.privacy_record(), "epsilon_spent": epsilon_spent(config, run.state)},
+        privacy_report=privacy_report(config),
         bytes_sent=run.bytes_sent, bytes_received=run.bytes_received,
         rounds=[RoundRead(round_index=r.round_index, participants=r.participants, failures=r.failures,
                           metrics=r.metrics, bytes_sent=r.bytes_sent, bytes_received=r.bytes_received,

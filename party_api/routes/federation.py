@@ -25,6 +25,10 @@ from services.verfedgnn.messages import (
     AckResponse,
     ConfigureRequest,
     ConfigureResponse,
+    MaskedStepRequest,
+    PeersRequest,
+    PeersResponse,
+    RecoveryRequest,
     StartRequest,
     StartResponse,
 )
@@ -69,6 +73,12 @@ def configure(run_id: NamePath, body: ConfigureRequest, fed: FedDep) -> Configur
     return fed.configure(request=body)
 
 
+@router.post("/runs/{run_id}/peers", response_model=PeersResponse, openapi_extra=SMALL)
+def peers(run_id: str, body: PeersRequest, fed: FedDep) -> PeersResponse:
+    """Every party's signed X25519 key (relayed); answers this party's seed contribution sealed per peer."""
+    return fed.peers(run_id=run_id, request=body)
+
+
 @router.post("/runs/{run_id}/start", response_model=StartResponse, openapi_extra=SMALL)
 def start(run_id: NamePath, body: StartRequest, fed: FedDep) -> StartResponse:
     """Build (or restore) the trainer with the public totals."""
@@ -106,6 +116,44 @@ async def others(run_id: NamePath, round_index: RoundPath, layer: LayerPath, att
 async def finish(run_id: NamePath, round_index: RoundPath, attempt: Attempt, fed: FedDep) -> Response:
     """Quantized sparse gradients + metric sums up (binary)."""
     return _octets(await run_in_threadpool(fed.finish, run_id=run_id, round_index=round_index, attempt=attempt))
+
+
+@router.post("/runs/{run_id}/rounds/{round_index}/layers/{layer}/masked", response_class=Response,
+             openapi_extra=SMALL)
+async def masked_projection(run_id: str, round_index: int, layer: int, attempt: Attempt, body: MaskedStepRequest,
+                            fed: FedDep) -> Response:
+    """Secure aggregation: Y_p^k in fixed point plus pairwise masks up (npy uint64)."""
+    return _octets(await run_in_threadpool(fed.masked_projection, run_id=run_id, round_index=round_index,
+                                           attempt=attempt, layer=layer, participants=body.participants))
+
+
+@router.post("/runs/{run_id}/rounds/{round_index}/layers/{layer}/total", response_model=AckResponse,
+             openapi_extra=FEDERATION)
+async def total(run_id: str, round_index: int, layer: int, attempt: Attempt, request: Request,
+                fed: FedDep) -> AckResponse:
+    """Secure aggregation: the unmasked sum of the participants' projections and their names down (npz)."""
+    body = await request.body()
+    cached = await run_in_threadpool(fed.total, run_id=run_id, round_index=round_index, attempt=attempt,
+                                     layer=layer, body=body)
+    return AckResponse(cached=cached)
+
+
+@router.post("/runs/{run_id}/rounds/{round_index}/masked-finish", response_class=Response,
+             openapi_extra=SMALL)
+async def masked_finish(run_id: str, round_index: int, attempt: Attempt, body: MaskedStepRequest,
+                        fed: FedDep) -> Response:
+    """Secure aggregation: gradients, loss and metric sums in fixed point plus pairwise masks up (npy uint64)."""
+    return _octets(await run_in_threadpool(fed.masked_finish, run_id=run_id, round_index=round_index,
+                                           attempt=attempt, participants=body.participants))
+
+
+@router.post("/runs/{run_id}/rounds/{round_index}/recovery", response_class=Response,
+             openapi_extra=SMALL)
+async def recovery(run_id: str, round_index: int, attempt: Attempt, body: RecoveryRequest,
+                   fed: FedDep) -> Response:
+    """Secure aggregation: this party's step masks with parties that dropped out (npy uint64)."""
+    return _octets(await run_in_threadpool(fed.recovery, run_id=run_id, round_index=round_index, attempt=attempt,
+                                           step=body.step, layer=body.layer, dropped=body.dropped, size=body.size))
 
 
 @router.post("/runs/{run_id}/publish", response_model=PublishResponse, openapi_extra=SMALL)

@@ -37,11 +37,21 @@ from services.evaluation.baselines import fedpergnn_federation
 from services.evaluation.harness import Federation, RunResult, train_rounds
 from services.fedpergnn.config import FedPerGNNConfig
 from services.fedpergnn.rounds import ExchangeLog
-from services.verfedgnn.config import TrainConfig
+from services.crypto.secagg import SecAggParty, decode_fixed
+from services.verfedgnn.config import TrainConfig, shared_projection
 from services.verfedgnn.coordinator import CoordinatorTrainer
 from services.verfedgnn.party import PartyTrainer
 from services.verfedgnn.recording import MessageLog, record
 from services.verfedgnn.rounds import InProcessFederation
+from services.verfedgnn.secure import (
+    SecureInProcessFederation,
+    SecureLink,
+    agree_in_process,
+    dev_party_secret,
+    finish_layout,
+    seeded_trainer,
+    unpack_finish,
+)
 from services.verfedgnn.types import PartyData
 
 PROTOCOLS = ("fedpergnn", "projection_only", "verfedgnn")
@@ -223,3 +233,77 @@ def coordinator_figures(run: RecordedRun, *, victim: str = "party1", round_index
             "recall": per_message[best]["recall"], "best_message": best, "popularity_f1": pop,
             "random_f1": random_guess_f1(truth, users=users, n_items=data.n_items, k=degree),
             "mean_k": mean_k, "mean_k_popularity_f1": pop_mean, "by_message": per_message}
+
+
+class _MaskedView:
+    """SecureLink decorator keeping what the coordinator receives: every masked vector, by step."""
+
+    def __init__(self, inner: SecureLink, seen: dict[tuple[int, str, int], list[np.ndarray]]) -> None:
+        self.inner, self.seen = inner, seen
+
+    @property
+    def party_id(self) -> str:
+        return self.inner.party_id
+
+    def begin(self, *, round_index: int, attempt: int, public: Mapping[str, np.ndarray]) -> None:
+        self.inner.begin(round_index=round_index, attempt=attempt, public=public)
+
+    def masked_projection(self, *, round_index: int, attempt: int, layer: int, participants: list[str]) -> np.ndarray:
+        out = self.inner.masked_projection(round_index=round_index, attempt=attempt, layer=layer,
+                                           participants=participants)
+        self.seen.setdefault((round_index, "projection", layer), []).append(out.copy())
+        return out
+
+    def total(self, *, round_index: int, attempt: int, layer: int, total: np.ndarray, participants: list[str]) -> None:
+        self.inner.total(round_index=round_index, attempt=attempt, layer=layer, total=total, participants=participants)
+
+    def masked_finish(self, *, round_index: int, attempt: int, participants: list[str]) -> np.ndarray:
+        out = self.inner.masked_finish(round_index=round_index, attempt=attempt, participants=participants)
+        self.seen.setdefault((round_index, "finish", -1), []).append(out.copy())
+        return out
+
+    def recovery(self, *, round_index: int, attempt: int, step: str, layer: int, dropped: list[str],
+                 size: int) -> np.ndarray:
+        return self.inner.recovery(round_index=round_index, attempt=attempt, step=step, layer=layer,
+                                   dropped=dropped, size=size)
+
+
+def secure_coordinator_figures(fed: Federation, *, base: TrainConfig, victim: str = "party1",
+                               round_index: int = 0) -> dict[str, object]:
+    """The curious coordinator against a secure-aggregation run (the product's default coordinator run).
+
+    The run is played as coordinator runs play it: Φ from the seed the parties agree on, item
+    embeddings from each party's own secret, every summed message masked. What the coordinator can
+    attack is what it can unmask: the SUM of the layer-0 projections and the SUM of the user-embedding
+    gradient rows of round `round_index` (read from the masked vectors it received, summed as it
+    sums them). Its best knowledge is what it can regenerate from the run seed it chose (Φ and the
+    victim's item embeddings as a seed-derived run would have them), which is no longer the truth.
+    """
+    settings = protocol_settings("verfedgnn", base).model_copy(update={"secure_aggregation": True})
+    assert isinstance(settings, TrainConfig)
+    sec = {p.party_id: SecAggParty(party_id=p.party_id, secret=dev_party_secret(p.party_id), run_id="attacks")
+           for p in fed.parties}
+    seeds = agree_in_process(sec, run_seed=settings.seed)
+    coord = CoordinatorTrainer(config=settings, n_users=fed.n_users, global_mean=fed.global_mean,
+                               item_counts={p.party_id: p.n_items for p in fed.parties})
+    trainers = {p.party_id: seeded_trainer(config=settings, data=p, seeds=seeds[p.party_id]) for p in fed.parties}
+    federation = SecureInProcessFederation(coordinator=coord, parties=trainers, secagg=sec)
+    seen: dict[tuple[int, str, int], list[np.ndarray]] = {}
+    federation.links = {p: _MaskedView(link, seen) for p, link in federation.links.items()}
+    for t in range(round_index + 1):
+        federation.run_round(t)
+
+    def unmasked(step: str, layer: int) -> np.ndarray:
+        return decode_fixed(sum(seen[(round_index, step, layer)], np.zeros_like(seen[(round_index, step, layer)][0])))
+
+    q = shared_projection(settings, fed.n_users).q
+    projection_sum = unmasked("projection", 0).reshape(q, settings.dim)
+    grads, _, _ = unpack_finish(unmasked("finish", -1), finish_layout(coord.public_params()))
+    observed: Observed = {"aggregate_sum": (projection_sum, True, True),
+                          "gradient_sum": (np.asarray(grads["user_emb"], np.float64), False, False)}
+    data = _party(fed, victim)
+    knowledge = knowledge_from_seed(settings, n_users=fed.n_users, party_id=victim, n_items=data.n_items,
+                                    train_count=len(data.train), projected=True)
+    run = RecordedRun("verfedgnn_secure", settings, fed, MessageLog(), None)
+    figures = coordinator_figures(run, victim=victim, round_index=round_index, observed=observed, knowledge=knowledge)
+    return {**figures, "sees": "masked vectors; unmasks only sums over all parties", "knows_seed": False}

@@ -28,6 +28,10 @@ from services.protocol.tracing import REQUEST_ID_HEADER, current_request_id
 from services.verfedgnn.messages import (
     ConfigureRequest,
     ConfigureResponse,
+    MaskedStepRequest,
+    PeersRequest,
+    PeersResponse,
+    RecoveryRequest,
     StartRequest,
     StartResponse,
     decode_upload,
@@ -195,6 +199,10 @@ class PartyClient:
         """Open a run at the party; it answers its item count and training-rating sums."""
         return ConfigureResponse(**self.post_json(self._run_path(request.run_id, "configure"), request.model_dump()))
 
+    def peers(self, *, run_id: str, request: PeersRequest) -> PeersResponse:
+        """Relay every party's signed key; the party answers its sealed seed contributions."""
+        return PeersResponse(**self.post_json(f"{self._run_path(run_id)}/peers", request.model_dump()))
+
     def start(self, *, run_id: str, request: StartRequest) -> StartResponse:
         """Build (or restore) the party's trainer with the public totals."""
         return StartResponse(**self.post_json(self._run_path(run_id, "start"), request.model_dump()))
@@ -216,6 +224,31 @@ class PartyClient:
         """Round step: the party's protected gradients and metric sums up (checked to be its own, this round)."""
         data = self.post_bytes(self._step_path(run_id, round_index, attempt, "finish"))
         return decode_upload(data, party_id=self.party_id, round_index=round_index)
+
+    def masked_projection(self, *, run_id: str, round_index: int, attempt: int, layer: int,
+                          participants: list[str]) -> np.ndarray:
+        """Masked round step: the party's masked Y_p^k up."""
+        path = self._step_path(run_id, round_index, attempt, f"layers/{layer}/masked")
+        body = json.dumps(MaskedStepRequest(participants=participants).model_dump()).encode()
+        return decode_array(self._send(path, body, "application/json").content, dtype=np.uint64)
+
+    def total(self, *, run_id: str, round_index: int, attempt: int, layer: int, total: np.ndarray,
+              participants: list[str]) -> None:
+        """Masked round step: the unmasked sum of the projections and who contributed to it down."""
+        body = pack_tree({"total": np.asarray(total, np.float64), "participants": np.array(participants, dtype=str)})
+        self.post_bytes(self._step_path(run_id, round_index, attempt, f"layers/{layer}/total"), body)
+
+    def masked_finish(self, *, run_id: str, round_index: int, attempt: int, participants: list[str]) -> np.ndarray:
+        """Masked round step: gradients, loss and metric sums, masked, up."""
+        path = self._step_path(run_id, round_index, attempt, "masked-finish")
+        body = json.dumps(MaskedStepRequest(participants=participants).model_dump()).encode()
+        return decode_array(self._send(path, body, "application/json").content, dtype=np.uint64)
+
+    def recovery(self, *, run_id: str, round_index: int, attempt: int, request: RecoveryRequest) -> np.ndarray:
+        """A survivor's step masks with parties that dropped out."""
+        path = self._step_path(run_id, round_index, attempt, "recovery")
+        return decode_array(self._send(path, json.dumps(request.model_dump()).encode(), "application/json").content,
+                            dtype=np.uint64)
 
     def publish(self, *, run_id: str, round_index: int) -> int:
         """Store the run's serving model at the party; returns its version."""
@@ -249,3 +282,26 @@ class HttpPartyLink:
     def finish(self, *, round_index: int, attempt: int) -> GradientUpload:
         """Protected gradients and metric sums up."""
         return self.client.finish(run_id=self.run_id, round_index=round_index, attempt=attempt)
+
+    def masked_projection(self, *, round_index: int, attempt: int, layer: int, participants: list[str]
+                          ) -> np.ndarray:
+        """Masked Y_p^k up."""
+        return self.client.masked_projection(run_id=self.run_id, round_index=round_index, attempt=attempt,
+                                             layer=layer, participants=participants)
+
+    def total(self, *, round_index: int, attempt: int, layer: int, total: np.ndarray,
+              participants: list[str]) -> None:
+        """The unmasked sum of the projections down."""
+        self.client.total(run_id=self.run_id, round_index=round_index, attempt=attempt, layer=layer, total=total,
+                          participants=participants)
+
+    def masked_finish(self, *, round_index: int, attempt: int, participants: list[str]) -> np.ndarray:
+        """Masked gradients, loss and metric sums up."""
+        return self.client.masked_finish(run_id=self.run_id, round_index=round_index, attempt=attempt,
+                                         participants=participants)
+
+    def recovery(self, *, round_index: int, attempt: int, step: str, layer: int, dropped: list[str],
+                 size: int) -> np.ndarray:
+        """A survivor's step masks with dropped parties."""
+        request = RecoveryRequest(step=step, layer=layer, dropped=dropped, size=size)  # type: ignore[arg-type]
+        return self.client.recovery(run_id=self.run_id, round_index=round_index, attempt=attempt, request=request)

@@ -18,12 +18,14 @@ from services.config import CoordinatorSettings
 from services.coordinator import registry, runs
 from services.coordinator.client import HttpPartyLink, PartyClient, TrafficCounter
 from services.coordinator.psi import align_users
+from services.crypto.interaction_dp import require_budget
 from services.errors import DomainError, PartyUnavailable, ValidationFailed
 from services.protocol.tracing import bound_request_id
-from services.verfedgnn.config import TrainConfig
+from services.verfedgnn.config import TrainConfig, run_config
 from services.verfedgnn.coordinator import CoordinatorTrainer
-from services.verfedgnn.messages import ConfigureRequest, StartRequest, StartResponse
+from services.verfedgnn.messages import ConfigureRequest, PeersRequest, PeersResponse, StartRequest, StartResponse
 from services.verfedgnn.rounds import fan_out, run_round
+from services.verfedgnn.secure import run_secure_round
 from services.verfedgnn.state_codec import dump_state, load_state
 from services.verfedgnn.types import SPLITS, RoundMetrics
 
@@ -37,11 +39,23 @@ class Cancelled(Exception):
 def train_config(config: dict[str, Any], *, seed: int, rounds: int) -> TrainConfig:
     """The engine config of a run (the run's seed and rounds win); 422 naming the field if invalid."""
     try:
-        return TrainConfig(**{**config, "seed": seed, "rounds": rounds})
+        return run_config(config, seed=seed, rounds=rounds)
     except ValidationError as exc:
         err = exc.errors()[0]
         raise ValidationFailed(f"invalid config: {err['msg']}",
                                extra={"field": "config." + ".".join(str(x) for x in err["loc"])}) from exc
+
+
+def epsilon_spent(config: TrainConfig, state: str) -> float | None:
+    """ε the run has spent: 0 before any party answered, the whole run's ε once parties released anything.
+
+    The randomized response is applied once, before the first count leaves a party, so a started
+    run has spent all of it; None when the run has no differential privacy (no finite ε).
+    """
+    g = config.guarantee()
+    if not math.isfinite(g.epsilon):
+        return None
+    return 0.0 if state in (runs.PENDING, runs.ALIGNING) else g.epsilon
 
 
 def metrics_row(m: RoundMetrics) -> dict[str, float]:
@@ -72,8 +86,11 @@ class RunManager:
         self.futures: dict[str, Future[None]] = {}
 
     def validate_config(self, config: dict[str, Any]) -> None:
-        """Refuse an engine config the parties would refuse."""
-        train_config(config, seed=0, rounds=1)
+        """Refuse an engine config the parties would refuse, and a run whose whole-run ε exceeds its budget (409)."""
+        checked = train_config(config, seed=0, rounds=1)
+        if checked.dp_budget_epsilon is not None:
+            require_budget(checked.guarantee(), budget_epsilon=checked.dp_budget_epsilon,
+                           budget_delta=checked.dp_budget_delta)
 
     def submit(self, run_id: str) -> None:
         """Queue a run for execution."""
@@ -186,9 +203,17 @@ class RunManager:
             counts = {p: a.n_items for p, a in answers.items()}
             n = sum(a.train_count for a in answers.values())
             mean = sum(a.train_sum for a in answers.values()) / max(1, n)
-            start = StartRequest(total_items=max(1, sum(counts.values())), item_counts=counts, global_mean=mean)
-            def start_party(c: PartyClient, request: StartRequest = start) -> StartResponse:
-                return c.start(run_id=run_id, request=request)
+            # Key agreement: relay the signed keys; each party seals its seed contribution for each peer.
+            peers = PeersRequest(announcements=[answers[p].key for p in sorted(answers)])
+            sealed, failures = fan_out(self._pool, clients, lambda c: c.peers(run_id=run_id, request=peers))
+            if failures:
+                self._wait(run_id, runs.PAUSED, f"key agreement waits for parties: {failures}")
+                continue
+            starts = {p: StartRequest(total_items=max(1, sum(counts.values())), item_counts=counts, global_mean=mean,
+                                      sealed=self._sealed_for(p, sealed)) for p in clients}
+
+            def start_party(c: PartyClient) -> StartResponse:
+                return c.start(run_id=run_id, request=starts[c.party_id])
 
             _, failures = fan_out(self._pool, clients, start_party)
             if failures:
@@ -201,6 +226,12 @@ class RunManager:
         if ckpt is not None:
             coord.load_state_dict(load_state(ckpt[1]))
         return coord
+
+    @staticmethod
+    def _sealed_for(party_id: str, sealed: dict[str, PeersResponse]) -> dict[str, str]:
+        """The boxes addressed to `party_id`, by sender (the coordinator cannot open them)."""
+        return {sender: answer.sealed[party_id] for sender, answer in sorted(sealed.items())
+                if sender != party_id and party_id in answer.sealed}
 
     def _rounds(self, run_id: str, coord: CoordinatorTrainer) -> None:
         """Rounds from the last completed one; below min_parties the run pauses and retries the round."""
@@ -227,8 +258,9 @@ class RunManager:
             # One request id per round attempt: every party logs it, so a round can be followed across services.
             with bound_request_id(f"{run_id}.r{t}.a{attempt}") as request_id:
                 log.info("round started", extra={"run_id": run_id, "round": t, "attempt": attempt})
-                outcome = run_round(coord=coord, links=links, pool=self._pool, round_index=t, attempt=attempt,
-                                    min_parties=run.min_parties)
+                play = run_secure_round if coord.config.secure_aggregation else run_round
+                outcome = play(coord=coord, links=links, pool=self._pool, round_index=t, attempt=attempt,
+                               min_parties=run.min_parties)
             sent, received = counter.snapshot()
             if outcome.metrics is None:
                 attempt += 1

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,7 +14,8 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.crypto.psi import PsiParty
-from services.errors import NotFound, ProtocolError, ValidationFailed
+from services.crypto.secagg import SecAggParty
+from services.errors import CryptoError, NotFound, ProtocolError, ValidationFailed
 from services.party import fed_store as store
 from services.party.serving import ServingModel, publish
 from services.protocol.arrays import decode_array, encode_array
@@ -21,11 +24,16 @@ from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.messages import (
     ConfigureRequest,
     ConfigureResponse,
+    KeyAnnouncementModel,
+    PeersRequest,
+    PeersResponse,
     StartRequest,
     StartResponse,
     encode_upload,
 )
 from services.verfedgnn.party import PartyTrainer
+from services.verfedgnn.private_data import training_data
+from services.verfedgnn.secure import SecureParty, announcements_from, party_seeds, seeded_trainer
 from services.verfedgnn.state_codec import dump_state, load_state
 from services.verfedgnn.types import PartyData, build_party_data
 
@@ -47,8 +55,10 @@ class _Run:
     seed: int
     user_order: list[str]
     item_order: list[str]
+    secagg: SecAggParty | None = None
     data: PartyData | None = None
     trainer: PartyTrainer | None = None
+    secure: SecureParty | None = None
     done: int = -1  # last round this party finished (its snapshot exists)
     current: tuple[int, int] | None = None  # (round, attempt) in progress
     cache: dict[tuple[int, int, str, int], bytes] = field(default_factory=dict)
@@ -58,9 +68,12 @@ class FederationService:
     """Answers the coordinator's federation calls for one party (serialised by a lock)."""
 
     def __init__(self, *, sessions: sessionmaker[Session], party_id: str, rating_min: float,
-                 rating_max: float) -> None:
+                 rating_max: float, secret: bytes | None = None, peer_identities: Mapping[str, str] | None = None
+                 ) -> None:
         self.sessions = sessions
         self.party_id = party_id
+        self._secret = secret
+        self.peer_identities = dict(peer_identities or {})
         self.rating_min, self.rating_max = rating_min, rating_max
         self._lock = threading.RLock()
         self._psi: dict[str, tuple[float, PsiParty]] = {}  # run id -> (started, secret and own ids)
@@ -126,6 +139,47 @@ class FederationService:
             del self._psi[run_id]
             return len(aligned)
 
+    # ---- party secret and key agreement --------------------------------------------------------
+    def secret(self, session: Session) -> bytes:
+        """This party's long-lived secret: from its settings, else drawn once and kept in its database."""
+        if self._secret is None:
+            stored = store.get_state(session=session, key="party_secret")
+            if not stored:
+                stored = os.urandom(32).hex()
+                store.put_state(session=session, key="party_secret", value=stored)
+            self._secret = bytes.fromhex(str(stored))
+        return self._secret
+
+    def _check_identities(self, session: Session, announcements: list[KeyAnnouncementModel]) -> dict[str, str]:
+        """Pinned identities from the settings, else trust on first use (kept; a later change is refused)."""
+        pinned = dict(self.peer_identities)
+        for a in announcements:
+            if a.party_id == self.party_id or a.party_id in pinned:
+                continue
+            key = f"peer_identity:{a.party_id}"
+            seen = store.get_state(session=session, key=key)
+            if seen is None:
+                store.put_state(session=session, key=key, value=a.identity)
+                seen = a.identity
+            pinned[a.party_id] = str(seen)
+        return pinned
+
+    def peers(self, *, run_id: str, request: PeersRequest) -> PeersResponse:
+        """Verify every peer's signed key, derive the pairwise keys, seal this party's seed contribution."""
+        with self._lock, self.sessions() as session:
+            run = self._runs.get(run_id)
+            if run is None or run.secagg is None:
+                raise ProtocolError(f"run {run_id} is not configured at this party")
+            ids = [a.party_id for a in request.announcements]
+            if self.party_id not in ids or len(set(ids)) != len(ids):
+                raise ProtocolError("the announcements must name this party once and every peer once")
+            pinned = self._check_identities(session, request.announcements)
+            run.secagg.accept(announcements_from([a.model_dump() for a in request.announcements]), pinned=pinned)
+            value = store.get_state(session=session, key=f"run:{run_id}") or {}
+            value["peers"] = [a.model_dump() for a in request.announcements]
+            store.put_state(session=session, key=f"run:{run_id}", value=value)
+            return PeersResponse(party_id=self.party_id, sealed=run.secagg.seal_contribution(run.seed))
+
     # ---- run lifecycle -----------------------------------------------------------------------
     def configure(self, *, request: ConfigureRequest) -> ConfigureResponse:
         """Load this party's data for the aligned users; announce M_p and the training-rating sums."""
@@ -140,12 +194,16 @@ class FederationService:
                 raise ProtocolError(f"run {request.run_id} has no user alignment at this party (run PSI first)")
             users = [str(u) for u in unpack_tree(found[1])["user_ids"].tolist()]
             run = _Run(request.run_id, config, request.seed, users, store.all_item_ids(session=session))
+            run.secagg = SecAggParty(party_id=self.party_id, secret=self.secret(session), run_id=request.run_id)
             data = self._load_data(session, run, total_items=1)
             store.put_state(session=session, key=f"run:{request.run_id}",
                             value={"config": request.config, "seed": request.seed, "start": None})
             self._runs[request.run_id] = run
+            a = run.secagg.announce()
             return ConfigureResponse(party_id=self.party_id, n_users=len(users), n_items=len(run.item_order),
-                                     train_count=len(data.train), train_sum=float(data.train.ratings.sum()))
+                                     train_count=len(data.train), train_sum=float(data.train.ratings.sum()),
+                                     key=KeyAnnouncementModel(party_id=a.party_id, dh_public=a.dh_public,
+                                                              identity=a.identity, signature=a.signature))
 
     def _load_data(self, session: Session, run: _Run, *, total_items: int) -> PartyData:
         users, items, ratings, codes = store.load_ratings(session=session)
@@ -153,6 +211,9 @@ class FederationService:
             party_id=self.party_id, user_order=run.user_order, item_order=run.item_order, users=users,
             items=items, ratings=ratings, codes=codes, total_items=total_items,
             rating_min=self.rating_min, rating_max=self.rating_max)
+        assert run.secagg is not None
+        # DP runs: the training matrix is randomized here, before any count or message leaves the party
+        run.data = training_data(run.data, config=run.config, local_seed=run.secagg.derived_seed("local", run.seed))
         return run.data
 
     def start(self, *, run_id: str, request: StartRequest) -> StartResponse:
@@ -164,14 +225,23 @@ class FederationService:
             if request.item_counts.get(self.party_id) != len(run.item_order):
                 raise ProtocolError("item_counts does not match this party's catalogue size")
             value = store.get_state(session=session, key=f"run:{run_id}") or {}
+            if not value.get("peers") or run.secagg is None or not run.secagg.pair_keys:
+                raise ProtocolError(f"run {run_id}: no key agreement yet (peers step)")
             value["start"] = request.model_dump()
-            store.put_state(session=session, key=f"run:{run_id}", value=value)
             self._build_trainer(session, run, request)
+            store.put_state(session=session, key=f"run:{run_id}", value=value)
             return StartResponse(party_id=self.party_id, restored_round=run.done)
 
     def _build_trainer(self, session: Session, run: _Run, request: StartRequest) -> None:
         data = self._load_data(session, run, total_items=request.total_items)
-        run.trainer = PartyTrainer(config=run.config, data=data, seed=run.seed)
+        assert run.secagg is not None
+        try:
+            seeds = party_seeds(run.secagg, run_seed=run.seed, sealed=request.sealed)
+        except CryptoError as exc:
+            raise ProtocolError(f"seed agreement failed: {exc.detail}") from exc
+        run.trainer = seeded_trainer(config=run.config, data=data, seeds=seeds)
+        run.secure = (SecureParty(trainer=run.trainer, secagg=run.secagg, item_counts=request.item_counts)
+                      if run.config.secure_aggregation else None)
         snap = store.get_artifact(session=session, name=f"trainer:{run.run_id}")
         if snap is None:
             self._snapshot(session, run, round_index=-1)
@@ -196,16 +266,25 @@ class FederationService:
             return run
         value = store.get_state(session=session, key=f"run:{run_id}")
         found = store.get_artifact(session=session, name=f"alignment:{run_id}")
-        if not value or not value.get("start") or found is None:
+        if not value or not value.get("start") or not value.get("peers") or found is None:
             raise NotFound(f"run {run_id} is not known at this party", extra={"field": "run_id"})
         users = [str(u) for u in unpack_tree(found[1])["user_ids"].tolist()]
         config = TrainConfig(**{**value["config"], "seed": value["seed"]})
         run = _Run(run_id, config, int(value["seed"]), users, store.all_item_ids(session=session))
+        run.secagg = SecAggParty(party_id=self.party_id, secret=self.secret(session), run_id=run_id)
+        run.secagg.accept(announcements_from(value["peers"]))  # verified (and pinned) when first received
         self._build_trainer(session, run, StartRequest(**value["start"]))
         self._runs[run_id] = run
         return run
 
     # ---- round steps (each answer cached per (round, attempt, step, layer)) --------------------
+    @staticmethod
+    def _plain(run: _Run) -> None:
+        """A run with secure aggregation never answers an unmasked projection or upload."""
+        if run.secure is not None:
+            raise ProtocolError(f"run {run.run_id} uses secure aggregation: only masked steps are answered",
+                                extra={"field": "run_id"})
+
     def _in_progress(self, run: _Run, round_index: int, attempt: int) -> PartyTrainer:
         if run.current != (round_index, attempt) or run.trainer is None:
             raise ProtocolError(f"round {round_index} attempt {attempt} is not in progress at {self.party_id} "
@@ -231,7 +310,10 @@ class FederationService:
                     raise ProtocolError(f"no snapshot before round {round_index} to retry from")
                 run.trainer.load_state_dict(load_state(snap[1]))
                 run.done = snap[0] - 2
-            run.trainer.begin_round(round_index=round_index, public=public)
+            if run.secure is not None:
+                run.secure.begin(round_index=round_index, public=public)
+            else:
+                run.trainer.begin_round(round_index=round_index, public=public)
             run.current, run.cache = (round_index, attempt), {key: b""}
             return False
 
@@ -259,6 +341,7 @@ class FederationService:
             key = (round_index, attempt, "projection", layer)
             if key in run.cache:
                 return run.cache[key]
+            self._plain(run)
             trainer = self._in_progress(run, round_index, attempt)
             out = encode_array(trainer.layer_projection(layer=layer))
             run.cache[key] = out
@@ -271,6 +354,7 @@ class FederationService:
             key = (round_index, attempt, "others", layer)
             if key in run.cache:
                 return True
+            self._plain(run)
             trainer = self._in_progress(run, round_index, attempt)
             own = run.cache.get((round_index, attempt, "projection", layer))
             if own is None:
@@ -291,11 +375,82 @@ class FederationService:
             key = (round_index, attempt, "finish", -1)
             if key in run.cache:
                 return run.cache[key]
+            self._plain(run)
             trainer = self._in_progress(run, round_index, attempt)
             out = encode_upload(trainer.finish_round())
             self._snapshot(session, run, round_index=round_index)
             run.cache[key] = out
             return out
+
+    # ---- masked round steps (secure aggregation) --------------------------------------------------
+    def _secure(self, run: _Run, round_index: int, attempt: int) -> SecureParty:
+        self._in_progress(run, round_index, attempt)
+        if run.secure is None:
+            raise ProtocolError(f"run {run.run_id} does not use secure aggregation", extra={"field": "run_id"})
+        return run.secure
+
+    def masked_projection(self, *, run_id: str, round_index: int, attempt: int, layer: int,
+                          participants: list[str]) -> bytes:
+        """Y_p^k in fixed point plus this party's pairwise masks (npy uint64)."""
+        with self._lock, self.sessions() as session:
+            run = self._run(session, run_id)
+            key = (round_index, attempt, "masked:" + ",".join(sorted(participants)), layer)
+            if key in run.cache:
+                return run.cache[key]
+            if any(k[2].startswith("masked:") and k[3] == layer for k in run.cache if k[:2] == (round_index, attempt)):
+                # one masking per value: two maskings over different sets would differ by known masks only
+                raise ProtocolError(f"layer {layer} was already masked for other participants",
+                                    extra={"field": "participants"})
+            secure = self._secure(run, round_index, attempt)
+            out = encode_array(secure.masked_projection(round_index=round_index, attempt=attempt, layer=layer,
+                                                        participants=participants))
+            run.cache[key] = out
+            return out
+
+    def total(self, *, run_id: str, round_index: int, attempt: int, layer: int, body: bytes) -> bool:
+        """The unmasked sum of the participants' projections; True when answered from the cache."""
+        with self._lock, self.sessions() as session:
+            run = self._run(session, run_id)
+            key = (round_index, attempt, "total", layer)
+            if key in run.cache:
+                return True
+            secure = self._secure(run, round_index, attempt)
+            try:
+                tree = unpack_tree(body)
+                total = np.asarray(tree["total"], dtype=np.float64)
+                names = [str(p) for p in np.asarray(tree["participants"]).tolist()]
+            except (ProtocolError, KeyError, ValueError, TypeError) as exc:
+                raise _bad(exc, "projection total") from exc
+            if not np.isfinite(total).all():
+                raise ValidationFailed("projection total is not finite", extra={"field": "body"})
+            secure.total(layer=layer, total=total, participants=names)
+            run.cache[key] = b""
+            return False
+
+    def masked_finish(self, *, run_id: str, round_index: int, attempt: int, participants: list[str]) -> bytes:
+        """Private step; gradients, loss and metric sums in fixed point plus masks; state persisted first."""
+        with self._lock, self.sessions() as session:
+            run = self._run(session, run_id)
+            key = (round_index, attempt, "masked-finish:" + ",".join(sorted(participants)), -1)
+            if key in run.cache:
+                return run.cache[key]
+            if any(k[2].startswith("masked-finish:") for k in run.cache if k[:2] == (round_index, attempt)):
+                raise ProtocolError("finish was already masked for other participants", extra={"field": "participants"})
+            secure = self._secure(run, round_index, attempt)
+            out = encode_array(secure.masked_finish(round_index=round_index, attempt=attempt,
+                                                    participants=participants))
+            self._snapshot(session, run, round_index=round_index)
+            run.cache[key] = out
+            return out
+
+    def recovery(self, *, run_id: str, round_index: int, attempt: int, step: str, layer: int,
+                 dropped: list[str], size: int) -> bytes:
+        """This party's masks with parties that dropped out of a masked step (npy uint64)."""
+        with self._lock, self.sessions() as session:
+            run = self._run(session, run_id)
+            secure = self._secure(run, round_index, attempt)
+            return encode_array(secure.recovery(round_index=round_index, attempt=attempt, step=step, layer=layer,
+                                                dropped=dropped, size=size))
 
     def publish(self, *, run_id: str, round_index: int) -> int:
         """Store the latest completed forward as the serving model; returns its version."""

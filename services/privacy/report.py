@@ -20,6 +20,10 @@ SCHEMA = 1
 # (use_projection, use_quantization) -> the benchmark's protocol row with those mechanisms
 ROWS = {(True, True): "verfedgnn", (True, False): "projection_only"}
 BASELINE = "fedpergnn"
+SECURE_COORDINATOR = "verfedgnn_secure"  # the coordinator attack against a secure-aggregation run
+# Secure aggregation changes nothing a party sees (the relayed sum is the same), only what the
+# coordinator sees, and the coordinator figure is then read from SECURE_COORDINATOR.
+NOT_COMPARED = ("secure_aggregation.", "randomness.")
 
 
 @lru_cache(maxsize=4)
@@ -83,16 +87,23 @@ def privacy_report(config: TrainConfig, *, measured: dict[str, Any] | None = Non
     if row is None:
         report["note"] = "no attack figures are measured for these settings (a protection is off)"
         return report
-    reference = _flat(data["setup"]["mechanisms"][row])
+    reference = {k: v for k, v in _flat(data["setup"]["mechanisms"][row]).items() if not k.startswith(NOT_COMPARED)}
     mine = _flat(record)
     differences = [f"{k}: run {mine.get(k)!r}, measured {reference.get(k)!r}"
-                   for k in sorted(set(reference) | set(mine)) if not _same(mine.get(k), reference.get(k))]
+                   for k in sorted(reference) if not _same(mine.get(k), reference.get(k))]
+    not_measured = sorted(k for k in set(mine) - set(reference) if not k.startswith(NOT_COMPARED))
+    figures = protocol_figures(data, row)
+    secure = data["figures"]["coordinator"].get(SECURE_COORDINATOR)
+    if config.secure_aggregation and row == "verfedgnn" and secure is not None:
+        figures |= {"coordinator_f1": secure["f1"], "coordinator_popularity_f1": secure["popularity_f1"],
+                    "coordinator_row": SECURE_COORDINATOR}
     report["measured"] = {
         "source": MEASURED_FILE.name, "schema": data["schema"], "produced_by": data["produced_by"],
         "measured_at": data["measured_at"], "reference_data": data["setup"]["data"],
         "attacker": "party0 (fake users rate one victim item each; share = attacked fraction of the victim's items)",
         "settings_match": not differences, "differences": differences,
-        **protocol_figures(data, row),
+        "not_measured": not_measured,
+        **figures,
         "baseline": {BASELINE: protocol_figures(data, BASELINE)},
     }
     return report

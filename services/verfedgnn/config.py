@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -10,7 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from models.vertical import VerFedGNNConfig
 from services.crypto import projection as proj
+from services.crypto.interaction_dp import RunGuarantee, run_guarantee
 from services.crypto.projection import ProjectionSpec, projection_spec
+
+RATING_BUCKETS = 6  # absent + 5 levels (1..5); p is set per party from its own scale, ε is the same
 
 
 class TrainConfig(BaseModel):
@@ -59,6 +63,13 @@ class TrainConfig(BaseModel):
     secure_aggregation: bool = Field(False, description="mask every per-party message the coordinator sums "
                                      "(pairwise X25519 masks); the coordinator API turns it on for every run "
                                      "unless the run's config sets it false")
+    dp_epsilon: float | None = Field(None, gt=0.0, le=50.0,
+                                     description="interaction-level differential privacy: ε of the randomized "
+                                     "response each party applies once to its training matrix (None: off)")
+    dp_delta: float = Field(1e-6, ge=0.0, lt=1.0, description="δ at which the run's ε is reported")
+    dp_budget_epsilon: float | None = Field(None, gt=0.0, description="refuse the run (409) if its whole-run ε "
+                                            "exceeds this")
+    dp_budget_delta: float = Field(1e-5, ge=0.0, lt=1.0)
     seed: int = Field(0, ge=0)
 
     @model_validator(mode="after")
@@ -86,7 +97,26 @@ class TrainConfig(BaseModel):
             "secure_aggregation": {"enabled": self.secure_aggregation,
                                    "coordinator_sees": "sums over the round's participants only"
                                    if self.secure_aggregation else "each party's projections and uploads"},
+            "differential_privacy": {
+                **self.guarantee().as_record(),
+                "budget": ({"epsilon": self.dp_budget_epsilon, "delta": self.dp_budget_delta}
+                           if self.dp_budget_epsilon is not None else None),
+                "user_level_epsilon_per_party": ("ε × M_p (group privacy over a user's M_p cells at a party)"
+                                                 if self.dp_epsilon is not None else None),
+                "held_out_error_sums": ("not reported (they would be outside the guarantee)"
+                                        if self.dp_epsilon is not None else "reported each round"),
+            },
+            "randomness": {
+                "coordinator": "run seed: public-parameter initialisation, participant draws",
+                "parties_jointly": "projection Φ (seed agreed over pairwise X25519 keys; coordinator runs)",
+                "each_party_alone": "item-embedding initialisation, quantization draws, randomized response "
+                                    "(from the party's own secret; coordinator runs)",
+            },
         }
+
+    def guarantee(self) -> RunGuarantee:
+        """The whole run's (ε, δ) for one interaction at one party (ε = inf without DP)."""
+        return run_guarantee(epsilon=self.dp_epsilon, buckets=RATING_BUCKETS, delta=self.dp_delta)
 
     def reg_factor(self, round_index: int) -> float:
         """Multiplier of the L2 terms in round `round_index` (linear warm-up, then 1)."""
@@ -96,6 +126,14 @@ class TrainConfig(BaseModel):
     def private_lr(self) -> float:
         """Learning rate of the party's item parameters."""
         return self.lr_private if self.lr_private is not None else self.lr
+
+
+RUN_DEFAULTS: dict[str, Any] = {"secure_aggregation": True}  # a coordinator run's settings unless its config differs
+
+
+def run_config(config: Mapping[str, Any], *, seed: int, rounds: int) -> TrainConfig:
+    """The engine config of a coordinator run: RUN_DEFAULTS, then the run's config, its seed and rounds."""
+    return TrainConfig(**{**RUN_DEFAULTS, **config, "seed": seed, "rounds": rounds})
 
 
 def model_config(config: TrainConfig) -> VerFedGNNConfig:

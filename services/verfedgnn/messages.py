@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,14 +25,37 @@ class ConfigureRequest(_Msg):
     seed: int
 
 
+class KeyAnnouncementModel(_Msg):
+    """A party's X25519 public key for the run, signed with its Ed25519 identity key (hex)."""
+
+    party_id: str = Field(min_length=1, max_length=64)
+    dh_public: str = Field(pattern=r"^[0-9a-f]{64}$")
+    identity: str = Field(pattern=r"^[0-9a-f]{64}$")
+    signature: str = Field(pattern=r"^[0-9a-f]{128}$")
+
+
 class ConfigureResponse(_Msg):
-    """Public facts a party announces: its item count (M_p) and rating sums for the global mean."""
+    """Public facts a party announces: its item count (M_p), rating sums for the global mean, its run key."""
 
     party_id: str
     n_users: int
     n_items: int
     train_count: int
     train_sum: float
+    key: KeyAnnouncementModel
+
+
+class PeersRequest(_Msg):
+    """Every party's key announcement, relayed by the coordinator."""
+
+    announcements: list[KeyAnnouncementModel] = Field(min_length=1, max_length=1000)
+
+
+class PeersResponse(_Msg):
+    """This party's seed contribution sealed for each peer (hex boxes by recipient)."""
+
+    party_id: str
+    sealed: dict[str, str]
 
 
 class StartRequest(_Msg):
@@ -41,6 +64,8 @@ class StartRequest(_Msg):
     total_items: int = Field(ge=1)
     item_counts: dict[str, int]
     global_mean: float
+    sealed: dict[str, str] = Field(default_factory=dict,
+                                   description="the peers' sealed seed contributions addressed to this party")
 
 
 class StartResponse(_Msg):
@@ -48,6 +73,21 @@ class StartResponse(_Msg):
 
     party_id: str
     restored_round: int
+
+
+class MaskedStepRequest(_Msg):
+    """A masked step: the participants whose pairwise masks the party adds (they cancel in their sum)."""
+
+    participants: list[str] = Field(min_length=2, max_length=1000)
+
+
+class RecoveryRequest(_Msg):
+    """Unmask a step's sum: the survivor's masks with the parties that dropped out of that step."""
+
+    step: Literal["projection", "finish"]
+    layer: int = Field(ge=-1, le=64)
+    dropped: list[str] = Field(min_length=1, max_length=1000)
+    size: int = Field(ge=1, le=1 << 28)
 
 
 class AckResponse(_Msg):

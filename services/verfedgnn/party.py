@@ -87,6 +87,7 @@ class PartyTrainer:
         self._round: int | None = None
         self._last: tuple[torch.Tensor, torch.Tensor] | None = None
         self._last_private: dict[str, np.ndarray] = {}
+        self.last_metrics: dict[str, MetricSums] = {}  # every split, for the party's own evaluation
 
     def _rank_targets(self, tr: RatingTriples) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """(users with a training rating, their (U, M) training mask, row and item of every positive).
@@ -185,6 +186,9 @@ class PartyTrainer:
         # the private biases of this forward (before the step), so a published model is the one scored
         self._last_private = {k: v.detach().numpy().copy() for k, v in self.private.named_parameters()
                               if k != "item_emb"}
+        self.last_metrics = metrics
+        if self.config.dp_epsilon is not None:  # held-out ratings are not randomized: their sums stay here
+            metrics = {"train": metrics["train"]}
         self.optimizer.step()
         self._last = (h_u.detach(), h_v.detach())
         grads = {name: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().numpy()

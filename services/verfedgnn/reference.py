@@ -11,8 +11,16 @@ import numpy as np
 from services.data.types import Dataset, Ratings
 from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.coordinator import CoordinatorTrainer
-from services.verfedgnn.party import PartyTrainer
+from services.crypto.secagg import SecAggParty
+from services.verfedgnn.private_data import training_data
 from services.verfedgnn.rounds import InProcessFederation
+from services.verfedgnn.secure import (
+    SecureInProcessFederation,
+    agree_in_process,
+    dev_party_secret,
+    secure_federation,
+    seeded_trainer,
+)
 from services.verfedgnn.types import SPLIT_CODES, PartyData, RoundMetrics, build_party_data
 
 
@@ -47,7 +55,7 @@ class ReferenceResult:
 
     history: list[RoundMetrics]
     seconds: float
-    federation: InProcessFederation
+    federation: InProcessFederation | SecureInProcessFederation
 
     @property
     def test_rmse(self) -> float:
@@ -55,16 +63,31 @@ class ReferenceResult:
         return float(self.history[-1].rmse["test"])
 
 
-def run_reference(*, parties: Mapping[str, Dataset], config: TrainConfig, rounds: int) -> ReferenceResult:
-    """Train in-process with the HTTP transport's construction (global mean, seeds, user order)."""
+def run_reference(*, parties: Mapping[str, Dataset], config: TrainConfig, rounds: int,
+                  secrets: Mapping[str, bytes] | None = None) -> ReferenceResult:
+    """Train in-process with the HTTP transport's construction (global mean, agreed and party-local seeds, user order).
+
+    `secrets` are the parties' secrets (default: `dev_party_secret`, what `cli.localfed` gives its
+    parties); masked rounds when `config.secure_aggregation`, as the coordinator plays them.
+    """
     datas = party_datas(parties)
+    keys = {p: (secrets or {}).get(p) or dev_party_secret(p) for p in datas}
+    local = {p: SecAggParty(party_id=p, secret=keys[p], run_id="reference").derived_seed("local", config.seed)
+             for p in datas}
+    datas = {p: training_data(d, config=config, local_seed=local[p]) for p, d in datas.items()}  # as each party does
     started = time.perf_counter()
     n = sum(len(d.train) for d in datas.values())
     mean = sum(float(d.train.ratings.sum()) for d in datas.values()) / max(1, n)
     any_data = next(iter(datas.values()))
     coord = CoordinatorTrainer(config=config, n_users=any_data.n_users, global_mean=mean,
                                item_counts={p: d.n_items for p, d in datas.items()})
-    trainers = {p: PartyTrainer(config=config, data=d, seed=config.seed) for p, d in datas.items()}
-    fed = InProcessFederation(coordinator=coord, parties=trainers)
+    fed: InProcessFederation | SecureInProcessFederation
+    if config.secure_aggregation:
+        fed = secure_federation(config=config, datas=datas, coordinator=coord, secrets=keys, run_id="reference")
+    else:
+        sec = {p: SecAggParty(party_id=p, secret=keys[p], run_id="reference") for p in datas}
+        seeds = agree_in_process(sec, run_seed=config.seed)
+        fed = InProcessFederation(coordinator=coord, parties={p: seeded_trainer(config=config, data=d, seeds=seeds[p])
+                                                              for p, d in datas.items()})
     history = [fed.run_round(t) for t in range(rounds)]
     return ReferenceResult(history, time.perf_counter() - started, fed)

@@ -104,3 +104,20 @@ def test_registry_change_applies_to_a_running_run(tmp_path: Path) -> None:
         done = cc.wait(run_id, timeout=120)
         assert done["state"] == "completed" and done["rounds_done"] == 3
         assert done["bytes_received"]["p1"] > 0 and done["bytes_sent"]["p0"] > 0
+
+
+def test_run_over_its_privacy_budget_is_refused_and_a_fitting_one_reports_its_epsilon(coord: httpx.Client) -> None:
+    for pid in ("a", "b"):
+        coord.post("/v1/parties", json={"party_id": pid, "url": _dead_url(), "token": "t"}).raise_for_status()
+    over = coord.post("/v1/runs", json={"rounds": 2, "config": {"dp_epsilon": 8, "dp_budget_epsilon": 3}})
+    assert over.status_code == 409 and over.json()["code"] == "privacy_budget_exhausted", over.text
+    assert over.json()["budget_epsilon"] == 3 and abs(over.json()["epsilon_required"] - 8) < 1e-3
+    no_dp = coord.post("/v1/runs", json={"rounds": 2, "config": {"dp_budget_epsilon": 3}})
+    assert no_dp.status_code == 409 and no_dp.json()["epsilon_required"] is None  # no DP: no finite ε at all
+    assert coord.get("/v1/runs").json() == []  # nothing was created
+    ok = coord.post("/v1/runs", json={"rounds": 2, "config": {**TINY_CONFIG, "dp_epsilon": 2, "dp_budget_epsilon": 3}})
+    assert ok.status_code == 202, ok.text
+    dp = ok.json()["privacy"]["differential_privacy"]
+    assert abs(dp["epsilon"] - 2) < 1e-3 and dp["budget"] == {"epsilon": 3, "delta": 1e-5}
+    assert ok.json()["privacy"]["epsilon_spent"] == 0.0 and ok.json()["privacy"]["secure_aggregation"]["enabled"]
+    assert coord.post(f"/v1/runs/{ok.json()['run_id']}/cancel").json()["state"] == "cancelled"

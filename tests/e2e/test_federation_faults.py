@@ -17,7 +17,7 @@ from cli.localfed import (
     start_all,
 )
 from services.data.types import Dataset
-from services.verfedgnn.config import TrainConfig
+from services.verfedgnn.config import run_config
 from services.verfedgnn.reference import run_reference
 from tests.support.federation import TINY_CONFIG, tiny_parties
 
@@ -92,7 +92,7 @@ def test_coordinator_killed_mid_run_resumes_and_matches_uninterrupted_run(cluste
     status = cc.wait(run_id, timeout=180)
     assert status["state"] == "completed", status["detail"]
     assert [r["round_index"] for r in status["rounds"]] == list(range(rounds))
-    ref = run_reference(parties=cluster.datasets, config=TrainConfig(**TINY_CONFIG, seed=seed, rounds=rounds),
+    ref = run_reference(parties=cluster.datasets, config=run_config(TINY_CONFIG, seed=seed, rounds=rounds),
                         rounds=rounds)
     diffs = [abs(r["metrics"]["test_rmse"] - h.rmse["test"]) for r, h in zip(status["rounds"], ref.history, strict=True)]
     assert max(diffs) < 5e-5  # the resumed run equals an uninterrupted in-process run to 4 decimals

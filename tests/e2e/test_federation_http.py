@@ -17,7 +17,7 @@ from services.db.party_tables import FederationState, ModelArtifact
 from services.protocol import PROTOCOL_VERSION
 from services.protocol.arrays import decode_array
 from services.protocol.federation import pack_tree, unpack_tree
-from services.verfedgnn.config import TrainConfig
+from services.verfedgnn.config import run_config
 from services.verfedgnn.messages import decode_upload
 from services.verfedgnn.reference import party_datas, run_reference
 from tests.support.federation import TINY_CONFIG, Federation, federation
@@ -72,13 +72,14 @@ def test_run_completes_with_status_metrics_and_traffic(done: tuple[Federation, d
     for r in status["rounds"]:
         assert r["participants"] == ["p0", "p1", "p2"] and r["failures"] == {}
         assert set(r["bytes_sent"]) == {"p0", "p1", "p2"} and min(r["bytes_received"].values()) > 0
-        assert {"train_rmse", "valid_rmse", "test_rmse", "p0.test_rmse"} <= set(r["metrics"])
+        assert {"train_rmse", "valid_rmse", "test_rmse"} <= set(r["metrics"])
+        assert "p0.test_rmse" not in r["metrics"]  # secure aggregation: the coordinator sees only sums
     assert all(status["bytes_sent"][p] > sum(r["bytes_sent"][p] for r in status["rounds"]) for p in fed.parties)
 
 
 def test_http_run_matches_inprocess_run(done: tuple[Federation, dict[str, Any], list[Any]]) -> None:
     fed, status, _ = done
-    ref = run_reference(parties=fed.datasets, config=TrainConfig(**TINY_CONFIG, seed=SEED, rounds=ROUNDS),
+    ref = run_reference(parties=fed.datasets, config=run_config(TINY_CONFIG, seed=SEED, rounds=ROUNDS),
                         rounds=ROUNDS)
     assert status["n_users"] == ref.federation.coordinator.n_users
     http_rmse = [r["metrics"]["test_rmse"] for r in status["rounds"]]
@@ -92,6 +93,12 @@ def _arrays(party: str, path: str, sent: bytes, answered: bytes) -> list[tuple[s
     """Shapes of every array in a federation body, decoded by what the endpoint carries."""
     if path.endswith("/begin"):
         return [(k, v.shape) for k, v in unpack_tree(sent).items()]
+    if path.endswith(("/masked", "/masked-finish")):
+        masked = decode_array(answered)
+        assert masked.dtype == np.uint64, f"{path}: a masked step answered {masked.dtype}"
+        return [("masked", masked.shape)]
+    if path.endswith("/total"):
+        return [("total", unpack_tree(sent)["total"].shape)]
     if path.endswith("/projection"):
         return [("projection", decode_array(answered).shape)]
     if path.endswith("/others"):
@@ -117,15 +124,24 @@ def test_no_body_carries_ratings_item_ids_or_item_embeddings(
                                                        for ds in fed.datasets.values()}
     assert not forbidden & {n, q, d, 1, 2, 3}, "sizes must be distinguishable for this check to mean anything"
     paths = {p for _, p, _, _ in log}
-    assert any(p.endswith("/psi/reblind") for p in paths) and any(p.endswith("/projection") for p in paths)
+    assert any(p.endswith("/psi/reblind") for p in paths) and any(p.endswith("/masked") for p in paths)
+    # Wire audit: with secure aggregation no party was ever asked for an unmasked projection or upload.
+    assert not any(p.endswith(("/projection", "/others")) or p.endswith("/finish") and "/rounds/" in p
+                   for p in paths)
+    finish_size = sum(int(np.prod(s)) for s in
+                      (v.shape for v in unpack_tree(next(b for _, p, b, _ in log if p.endswith("/begin"))).values())
+                      ) + 1 + 3 * 3
     for party, path, sent, answered in log:
         for body in (sent, answered):
             assert b"user-" not in body and b"item-" not in body, f"an id crossed the boundary at {path}"
         if path.endswith(("/psi/start", "/psi/reblind")):
             assert len(answered) % 32 == 0
         if path.endswith("/configure"):
-            assert set(json.loads(answered)) == {"party_id", "n_users", "n_items", "train_count", "train_sum"}
+            assert set(json.loads(answered)) == {"party_id", "n_users", "n_items", "train_count", "train_sum", "key"}
         for name, shape in _arrays(party, path, sent, answered):
+            if name in ("masked", "total"):  # flat: Y_p^k (q × D) or the finish vector (public gradients + sums)
+                assert shape in ((q * d,), (finish_size,)), f"{path}: unexpected masked vector {shape}"
+                continue
             assert not set(shape) & forbidden, f"{path}: array {name} {shape} has a per-item or per-rating axis"
             assert shape[:1] in ((n,), (q,), (d,), (1,), (TINY_CONFIG["layers"],),
                                  (TINY_CONFIG["layers"] + 1,)), f"{path}: unexpected array {name} {shape}"
@@ -157,12 +173,14 @@ def test_refused_calls_change_nothing(done: tuple[Federation, dict[str, Any], li
         (f"{url}/{nxt}/begin?attempt=0", good, pack_tree(public), 422, "validation_failed"),  # wrong names
         (f"{url}/{nxt}/layers/0/others?attempt=0", good, b"junk", 409, "protocol_error"),  # not begun
         (f"{url}/{nxt}/finish?attempt=0", good, b"", 409, "protocol_error"),
+        (f"{url}/{nxt - 1}/layers/0/projection?attempt=0", good, b"", 409, "protocol_error"),  # unmasked: never
     ]
     for target, headers, body, code, kind in cases:
         resp = fed.http.post(target, content=body, headers=headers)
         assert resp.status_code == code, (target, resp.text)
         assert resp.json()["code"] == kind and resp.json()["detail"]
     assert "stale round" in fed.http.post(cases[3][0], content=cases[3][2], headers=good).json()["detail"]
+    assert "secure aggregation" in fed.http.post(cases[-1][0], headers=good).json()["detail"]
     assert _fingerprint(fed, "p1") == before
 
 
@@ -190,16 +208,19 @@ def test_serving_after_the_run(done: tuple[Federation, dict[str, Any], list[Any]
 def test_repeated_step_is_answered_from_the_cache(done: tuple[Federation, dict[str, Any], list[Any]]) -> None:
     fed, status, log = done
     last = ROUNDS - 1
-    path = f"/v1/federation/runs/{status['run_id']}/rounds/{last}/finish"
-    original = [answered for party, p, _, answered in log if party == "p2" and p == path]
+    path = f"/v1/federation/runs/{status['run_id']}/rounds/{last}/masked-finish"
+    original = [(sent, answered) for party, p, sent, answered in log if party == "p2" and p == path]
     assert len(original) == 1
     before = _fingerprint(fed, "p2")
-    headers = {"Authorization": f"Bearer {COORD_TOKEN}", "X-Fedrec-Protocol": PROTOCOL_VERSION}
-    again = fed.http.post(f"{fed.parties['p2'].url}{path}?attempt=0", headers=headers)
-    assert again.status_code == 200 and again.content == original[0]
-    projection = f"{fed.parties['p2'].url}/v1/federation/runs/{status['run_id']}/rounds/{last}/layers/1/projection"
-    first = [a for party, p, _, a in log if party == "p2" and p.endswith(f"/rounds/{last}/layers/1/projection")]
-    assert fed.http.post(f"{projection}?attempt=0", headers=headers).content == first[0]
+    headers = {"Authorization": f"Bearer {COORD_TOKEN}", "X-Fedrec-Protocol": PROTOCOL_VERSION,
+               "Content-Type": "application/json"}
+    again = fed.http.post(f"{fed.parties['p2'].url}{path}?attempt=0", headers=headers, content=original[0][0])
+    assert again.status_code == 200 and again.content == original[0][1]
+    other = json.dumps({"participants": ["p1", "p2"]}).encode()  # the same value masked for another set: refused
+    assert fed.http.post(f"{fed.parties['p2'].url}{path}?attempt=0", headers=headers, content=other).status_code == 409
+    masked = f"{fed.parties['p2'].url}/v1/federation/runs/{status['run_id']}/rounds/{last}/layers/1/masked"
+    first = [(b, a) for party, p, b, a in log if party == "p2" and p.endswith(f"/rounds/{last}/layers/1/masked")]
+    assert fed.http.post(f"{masked}?attempt=0", headers=headers, content=first[0][0]).content == first[0][1]
     assert _fingerprint(fed, "p2") == before
 
 
@@ -220,7 +241,7 @@ def test_adam_weight_decay_run_is_bit_identical_to_inprocess(
     run = fed.client.create_run(rounds=ADAM_ROUNDS, min_parties=2, seed=SEED, config=config)
     status = fed.client.wait(run["run_id"], timeout=120)
     assert status["state"] == "completed", status["detail"]
-    ref = run_reference(parties=fed.datasets, config=TrainConfig(**config, seed=SEED, rounds=ADAM_ROUNDS),
+    ref = run_reference(parties=fed.datasets, config=run_config(config, seed=SEED, rounds=ADAM_ROUNDS),
                         rounds=ADAM_ROUNDS)
     assert [r["failures"] for r in status["rounds"]] == [{}] * ADAM_ROUNDS
     assert [r["metrics"]["loss"] for r in status["rounds"]] == [h.loss for h in ref.history]

@@ -15,6 +15,7 @@ from cli.localfed import ADMIN, API_KEY, COORD_TOKEN, CoordinatorClient, load_pa
 from coordinator_api.main import create_app as coordinator_app
 from party_api.main import create_app as party_app
 from services.config import CoordinatorSettings, PartySettings
+from services.verfedgnn.secure import dev_party_secret
 from services.data.splits import vertical_split_dataset
 from services.data.synthetic import generate
 from services.data.types import Dataset, Ratings
@@ -80,7 +81,9 @@ def federation(root: Path, *, n_parties: int = 3, wrap: Callable[[str, Any], Any
             url = f"sqlite:///{root / pid / 'party.db'}"
             migrate(url)
             settings = PartySettings(party_id=pid, database_url=url, data_dir=root / pid, admin_token=ADMIN,
-                                     coordinator_token=COORD_TOKEN, api_keys=[API_KEY], **(party or {}))
+                                     coordinator_token=COORD_TOKEN, api_keys=[API_KEY],
+                                     secret=dev_party_secret(pid).hex(),  # the in-process reference's secrets
+                                     **(party or {}))
             app = party_app(settings)
             live = LiveServer(wrap(pid, app) if wrap else app, **(server or {})).start()
             stack.callback(live.stop)

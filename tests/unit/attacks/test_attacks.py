@@ -11,7 +11,13 @@ from services.attacks.coordinator import coordinator_attack, knowledge_from_seed
 from services.attacks.fake_users import FAKE_RATING, truth_pairs, with_fake_users
 from services.attacks.scoring import popularity_guess, prf, random_guess_f1, top_k_pairs
 from services.attacks.search import gcn_mean, nearest_match, subset_search
-from services.attacks.suite import coordinator_figures, party_attacks, protocol_settings, run_recorded
+from services.attacks.suite import (
+    coordinator_figures,
+    party_attacks,
+    protocol_settings,
+    run_recorded,
+    secure_coordinator_figures,
+)
 from tests.unit.attacks.tiny import N_USERS, TINY, VICTIM_ITEMS, tiny_federation
 
 
@@ -117,3 +123,10 @@ def test_scoring() -> None:
     assert top_k_pairs(scores, np.array([5, 6]), np.array([2, 1])) == {(5, 1), (5, 2), (6, 0)}
     assert replace(knowledge_from_seed(TINY, n_users=N_USERS, party_id="party1", n_items=3, train_count=120,
                                        projected=False), phi=None).k == 2
+
+
+def test_coordinator_of_a_secure_aggregation_run_is_no_better_than_popularity(fed) -> None:  # type: ignore[no-untyped-def]
+    """The default coordinator run: masked messages, agreed Φ, party-local embeddings; only sums can be attacked."""
+    got = secure_coordinator_figures(fed, base=TINY)
+    assert set(got["by_message"]) == {"aggregate_sum", "gradient_sum"} and got["knows_seed"] is False
+    assert got["f1"] <= got["popularity_f1"]

@@ -134,3 +134,19 @@ def test_a_lone_survivor_never_sends_its_value() -> None:
     out = run_secure_round(coord=masked.coordinator, links=fail(fail(masked.links, "p1", "projection[0]"), "p2",
                                                                 "projection[0]"), round_index=0, min_parties=1)
     assert out.metrics is None  # one party left: abandoned, never unmasked
+
+
+def test_with_dp_only_training_sums_leave_the_party_and_its_data_is_randomized() -> None:
+    from services.verfedgnn.private_data import training_data
+
+    config = CFG.model_copy(update={"dp_epsilon": 1.0})
+    _, masked = pair(config)
+    m = masked.run_round(0)
+    assert np.isfinite(m.rmse["train"]) and np.isnan(m.rmse["valid"]) and np.isnan(m.rmse["test"])
+    assert all(t.last_metrics["test"].count > 0 for t in masked.parties.values())  # kept for local evaluation
+    data = tiny_parties()[0]
+    noisy = training_data(data, config=config, local_seed=5)
+    assert noisy.train.users.size != data.train.users.size or not np.array_equal(noisy.train.items, data.train.items)
+    again = training_data(data, config=config, local_seed=5)
+    assert np.array_equal(noisy.train.items, again.train.items)  # one randomization per run, reproducible
+    assert training_data(data, config=CFG, local_seed=5) is data  # DP off: untouched
