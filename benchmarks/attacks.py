@@ -8,7 +8,9 @@ For each protocol ("fedpergnn", "projection_only", "verfedgnn"; see services/att
 
 Prints progress lines, then ONE JSON line (last):
 {"deanonymization": {P: {S: {"precision", "recall", "f1", ...}}}, "gradient": {...},
- "coordinator": {P: {"f1", ...}}, "rmse": {P: number}, ...}.
+ "coordinator": {P: {"f1", ...}, "verfedgnn_secure": {...}}, "rmse": {P: number}, ...}.
+"coordinator"."verfedgnn_secure": the same attack on a secure-aggregation run (the default of coordinator
+runs): the coordinator sees only the sums over both parties and does not know Φ or the item seeds.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from services.attacks.suite import (  # noqa: E402
     party_attacks,
     protocol_settings,
     run_recorded,
+    secure_coordinator_figures,
 )
 from services.evaluation.harness import build_federation, ensure_validation  # noqa: E402
 from services.evaluation.runner import PRESETS, PROTOCOL_TUNING, load_dataset, preset_values  # noqa: E402
@@ -98,6 +101,10 @@ def main(argv: list[str] | None = None) -> None:
             log(f"{proto} share {share}: " + ", ".join(f"{a} f1 {r['f1']:.4f}" for a, r in figures.items()))
         for attack, rows in by_attack.items():
             out[attack][proto] = rows
+    if "verfedgnn" in args.protocols:  # the product's default coordinator run: masked messages, no seed
+        out["coordinator"]["verfedgnn_secure"] = coordinator = secure_coordinator_figures(fed, base=base)
+        log(f"verfedgnn with secure aggregation: coordinator f1 {coordinator['f1']:.4f} "
+            f"(popularity {coordinator['popularity_f1']:.4f}, best message {coordinator['best_message']})")
     if not args.no_plain:  # no protection at all: what the attacks reach when nothing stands in their way
         share = max(args.shares)
         plain = party_attacks(fed, protocol="plain", base=base, share=share, seed=args.seed,

@@ -87,6 +87,9 @@ def dp_run(fed: Federation, config: TrainConfig) -> dict[str, Any]:
             best = {"valid_rmse": valid, "rmse": test, "ndcg@10": ranking(fed, trainers), "best_round": t}
         elif t - best["best_round"] >= config.patience:
             break
+        if t % 50 == 49:
+            print(f"  round {t + 1}: valid {valid:.4f} (best {best['valid_rmse']:.4f} at {best['best_round']})",
+                  file=sys.stderr, flush=True)
     best["rounds_run"] = t + 1
     best["train_ratings_after_randomization"] = n
     return best
@@ -102,7 +105,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--parties", type=int, default=2)
     ap.add_argument("--model", default="gcn")
     ap.add_argument("--preset", default="tuned", choices=sorted(PRESETS))
-    ap.add_argument("--rounds", type=int, default=None, help="most rounds (default: the preset's)")
+    ap.add_argument("--rounds", type=int, default=200,
+                    help="most rounds of every run (early stopping within them); 200 as benchmarks/federation.py")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--valid-fraction", type=float, default=0.1)
     ap.add_argument("--threads", type=int, default=1)
@@ -112,9 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     ds = ensure_validation(load_dataset("ml100k", args.data, split=args.split, seed=args.seed),
                            fraction=args.valid_fraction, seed=args.seed)
     fed = build_federation(ds, n_parties=args.parties, seed=args.seed)
-    values = preset_values(args.preset, args.model)
-    if args.rounds is not None:
-        values["rounds"] = args.rounds
+    values = {**preset_values(args.preset, args.model), "rounds": args.rounds}
     base = TrainConfig(**{**values, "seed": args.seed, "dp_delta": args.delta, "secure_aggregation": True})
 
     def log(msg: str) -> None:

@@ -10,7 +10,7 @@ import pytest
 from cli.localfed import API_KEY
 from models.vertical import build_public
 from services.evaluation import ranking, topk
-from services.verfedgnn.config import TrainConfig, model_config
+from services.verfedgnn.config import TrainConfig, model_config, run_config
 from services.verfedgnn.reference import party_datas, run_reference
 from tests.e2e.test_federation_http import Recorder, _arrays
 from tests.support.federation import TINY_CONFIG, Federation, federation
@@ -40,7 +40,10 @@ def test_no_body_carries_a_negative_item_id_or_an_item_count(
     per_item = {x.n_items for x in datas.values()} | {len(x.train) for x in datas.values()}
     assert not per_item & {n, q, d, 1, 2, 3}, "sizes must be distinguishable for this check to mean anything"
     # the ranking objective adds no public parameter: uploads carry exactly the rating model's gradients
-    public = set(build_public(config=model_config(TrainConfig(**TINY_CONFIG)), n_users=n, seed=0).arrays())
+    arrays = build_public(config=model_config(TrainConfig(**TINY_CONFIG)), n_users=n, seed=0).arrays()
+    public = set(arrays)
+    # secure aggregation (the default): one masked vector of the public gradients, the loss and 3 × 3 error sums
+    masked_size = sum(a.size for a in arrays.values()) + 1 + 3 * 3
     seen_uploads = 0
     for party, path, sent, answered in log:
         for body in (sent, answered):
@@ -51,12 +54,15 @@ def test_no_body_carries_a_negative_item_id_or_an_item_count(
         if path.endswith("/finish") and "/rounds/" in path:
             assert {name for name, _ in names} <= public
             seen_uploads += 1
+        if path.endswith("/masked-finish"):
+            assert names == [("masked", (masked_size,))]
+            seen_uploads += 1
     assert seen_uploads == ROUNDS * len(datas)
 
 
 def test_served_top_k_is_the_harness_list(done: tuple[Federation, dict[str, Any], list[Any]]) -> None:
     fed, _, _ = done
-    ref = run_reference(parties=fed.datasets, config=TrainConfig(**CONFIG, seed=SEED, rounds=ROUNDS), rounds=ROUNDS)
+    ref = run_reference(parties=fed.datasets, config=run_config(CONFIG, seed=SEED, rounds=ROUNDS), rounds=ROUNDS)
     datas = party_datas(fed.datasets)
     view = topk.ranking_view(datas)
     scores = {p: topk.party_scores(t.serving_model()) for p, t in ref.federation.parties.items()}
