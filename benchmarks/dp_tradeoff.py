@@ -21,6 +21,7 @@ import json
 import math
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,20 @@ def dp_run(fed: Federation, config: TrainConfig) -> dict[str, Any]:
     return best
 
 
+def epsilon_row(fed: Federation, base: TrainConfig, eps: float) -> dict[str, Any]:
+    """One ε (inf: no DP): the run's figures and the accountant's whole-run ε."""
+    config = base.model_copy(update={"dp_epsilon": eps if math.isfinite(eps) else None})
+    spent = config.guarantee().epsilon
+    return {"epsilon": eps if math.isfinite(eps) else "inf", "delta": config.dp_delta, **dp_run(fed, config),
+            "epsilon_spent": spent if math.isfinite(spent) else "inf"}
+
+
+def local_only(fed: Federation, base: TrainConfig) -> list[float]:
+    """Test RMSE of each party trained alone (privacy off, early stopping), in party order."""
+    local = run_protocol(fed, protocol="local", config=base.model_copy(update={"secure_aggregation": False}))
+    return [local.per_party[p.party_id]["rmse"] for p in fed.parties]
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run every ε and the local-only baseline, print the JSON line."""
     ap = argparse.ArgumentParser(description=__doc__)
@@ -110,6 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--valid-fraction", type=float, default=0.1)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--jobs", type=int, default=1, help="processes training the runs side by side")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     started = time.time()
@@ -122,18 +138,18 @@ def main(argv: list[str] | None = None) -> None:
     def log(msg: str) -> None:
         print(f"[{time.time() - started:6.0f}s] {msg}", file=sys.stderr, flush=True)
 
-    runs = []
-    for text in args.epsilons.split(","):
-        eps = float(text)
-        config = base.model_copy(update={"dp_epsilon": eps if math.isfinite(eps) else None})
-        spent = config.guarantee().epsilon
-        row = {"epsilon": eps if math.isfinite(eps) else "inf", "delta": args.delta, **dp_run(fed, config),
-               "epsilon_spent": spent if math.isfinite(spent) else "inf"}
-        runs.append(row)
-        log(f"epsilon {text}: rmse {row['rmse']:.4f}, ndcg@10 {row['ndcg@10']:.4f}, spent {row['epsilon_spent']}, "
-            f"best round {row['best_round']}")
-    local = run_protocol(fed, protocol="local", config=base.model_copy(update={"secure_aggregation": False}))
-    local_rmse = [local.per_party[p.party_id]["rmse"] for p in fed.parties]
+    epsilons = [float(text) for text in args.epsilons.split(",")]
+    # Independent runs: with --jobs > 1 each ε (and the local-only baseline) trains in its own process.
+    with ProcessPoolExecutor(max_workers=args.jobs, initializer=torch.set_num_threads, initargs=(args.threads,)) as pool:
+        futures = [pool.submit(epsilon_row, fed, base, eps) for eps in epsilons]
+        local_future = pool.submit(local_only, fed, base)
+        runs = []
+        for eps, future in zip(epsilons, futures):
+            row = future.result()
+            runs.append(row)
+            log(f"epsilon {eps}: rmse {row['rmse']:.4f}, ndcg@10 {row['ndcg@10']:.4f}, "
+                f"spent {row['epsilon_spent']}, best round {row['best_round']}")
+        local_rmse = local_future.result()
     log(f"local only: {local_rmse}")
     print(json.dumps({"runs": runs, "local_only_rmse": local_rmse,
                       "setup": {"data": f"ml-100k {args.split} (validation: {args.valid_fraction} of train, "
