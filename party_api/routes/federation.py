@@ -74,7 +74,7 @@ def configure(run_id: NamePath, body: ConfigureRequest, fed: FedDep) -> Configur
 
 
 @router.post("/runs/{run_id}/peers", response_model=PeersResponse, openapi_extra=SMALL)
-def peers(run_id: str, body: PeersRequest, fed: FedDep) -> PeersResponse:
+def peers(run_id: NamePath, body: PeersRequest, fed: FedDep) -> PeersResponse:
     """Every party's signed X25519 key (relayed); answers this party's seed contribution sealed per peer."""
     return fed.peers(run_id=run_id, request=body)
 
@@ -120,7 +120,8 @@ async def finish(run_id: NamePath, round_index: RoundPath, attempt: Attempt, fed
 
 @router.post("/runs/{run_id}/rounds/{round_index}/layers/{layer}/masked", response_class=Response,
              openapi_extra=SMALL)
-async def masked_projection(run_id: str, round_index: int, layer: int, attempt: Attempt, body: MaskedStepRequest,
+async def masked_projection(run_id: NamePath, round_index: RoundPath, layer: LayerPath, attempt: Attempt,
+                            body: MaskedStepRequest,
                             fed: FedDep) -> Response:
     """Secure aggregation: Y_p^k in fixed point plus pairwise masks up (npy uint64)."""
     return _octets(await run_in_threadpool(fed.masked_projection, run_id=run_id, round_index=round_index,
@@ -129,7 +130,7 @@ async def masked_projection(run_id: str, round_index: int, layer: int, attempt: 
 
 @router.post("/runs/{run_id}/rounds/{round_index}/layers/{layer}/total", response_model=AckResponse,
              openapi_extra=FEDERATION)
-async def total(run_id: str, round_index: int, layer: int, attempt: Attempt, request: Request,
+async def total(run_id: NamePath, round_index: RoundPath, layer: LayerPath, attempt: Attempt, request: Request,
                 fed: FedDep) -> AckResponse:
     """Secure aggregation: the unmasked sum of the participants' projections and their names down (npz)."""
     body = await request.body()
@@ -140,7 +141,7 @@ async def total(run_id: str, round_index: int, layer: int, attempt: Attempt, req
 
 @router.post("/runs/{run_id}/rounds/{round_index}/masked-finish", response_class=Response,
              openapi_extra=SMALL)
-async def masked_finish(run_id: str, round_index: int, attempt: Attempt, body: MaskedStepRequest,
+async def masked_finish(run_id: NamePath, round_index: RoundPath, attempt: Attempt, body: MaskedStepRequest,
                         fed: FedDep) -> Response:
     """Secure aggregation: gradients, loss and metric sums in fixed point plus pairwise masks up (npy uint64)."""
     return _octets(await run_in_threadpool(fed.masked_finish, run_id=run_id, round_index=round_index,
@@ -149,7 +150,7 @@ async def masked_finish(run_id: str, round_index: int, attempt: Attempt, body: M
 
 @router.post("/runs/{run_id}/rounds/{round_index}/recovery", response_class=Response,
              openapi_extra=SMALL)
-async def recovery(run_id: str, round_index: int, attempt: Attempt, body: RecoveryRequest,
+async def recovery(run_id: NamePath, round_index: RoundPath, attempt: Attempt, body: RecoveryRequest,
                    fed: FedDep) -> Response:
     """Secure aggregation: this party's step masks with parties that dropped out (npy uint64)."""
     return _octets(await run_in_threadpool(fed.recovery, run_id=run_id, round_index=round_index, attempt=attempt,

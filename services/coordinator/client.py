@@ -201,7 +201,7 @@ class PartyClient:
 
     def peers(self, *, run_id: str, request: PeersRequest) -> PeersResponse:
         """Relay every party's signed key; the party answers its sealed seed contributions."""
-        return PeersResponse(**self.post_json(f"{self._run_path(run_id)}/peers", request.model_dump()))
+        return PeersResponse(**self.post_json(self._run_path(run_id, "peers"), request.model_dump()))
 
     def start(self, *, run_id: str, request: StartRequest) -> StartResponse:
         """Build (or restore) the party's trainer with the public totals."""
@@ -228,7 +228,7 @@ class PartyClient:
     def masked_projection(self, *, run_id: str, round_index: int, attempt: int, layer: int,
                           participants: list[str]) -> np.ndarray:
         """Masked round step: the party's masked Y_p^k up."""
-        path = self._step_path(run_id, round_index, attempt, f"layers/{layer}/masked")
+        path = self._step_path(run_id, round_index, attempt, "layers", layer, "masked")
         body = json.dumps(MaskedStepRequest(participants=participants).model_dump()).encode()
         return decode_array(self._send(path, body, "application/json").content, dtype=np.uint64)
 
@@ -236,7 +236,7 @@ class PartyClient:
               participants: list[str]) -> None:
         """Masked round step: the unmasked sum of the projections and who contributed to it down."""
         body = pack_tree({"total": np.asarray(total, np.float64), "participants": np.array(participants, dtype=str)})
-        self.post_bytes(self._step_path(run_id, round_index, attempt, f"layers/{layer}/total"), body)
+        self.post_bytes(self._step_path(run_id, round_index, attempt, "layers", layer, "total"), body)
 
     def masked_finish(self, *, run_id: str, round_index: int, attempt: int, participants: list[str]) -> np.ndarray:
         """Masked round step: gradients, loss and metric sums, masked, up."""

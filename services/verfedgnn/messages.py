@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from services.crypto.quantization import TernaryUpload, decode_ternary, encode_ternary
 from services.errors import ProtocolError
 from services.protocol.federation import pack_tree, unpack_tree
+from services.protocol.ids import IdStr
 from services.verfedgnn.types import GradientUpload, MetricSums, QuantizedArray
 
 
@@ -78,7 +79,7 @@ class StartResponse(_Msg):
 class MaskedStepRequest(_Msg):
     """A masked step: the participants whose pairwise masks the party adds (they cancel in their sum)."""
 
-    participants: list[str] = Field(min_length=2, max_length=1000)
+    participants: list[IdStr] = Field(min_length=2, max_length=1000)
 
 
 class RecoveryRequest(_Msg):
@@ -86,7 +87,7 @@ class RecoveryRequest(_Msg):
 
     step: Literal["projection", "finish"]
     layer: int = Field(ge=-1, le=64)
-    dropped: list[str] = Field(min_length=1, max_length=1000)
+    dropped: list[IdStr] = Field(min_length=1, max_length=1000)
     size: int = Field(ge=1, le=1 << 28)
 
 
