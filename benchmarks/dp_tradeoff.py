@@ -21,7 +21,7 @@ import json
 import math
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,6 @@ from services.evaluation.ranking import evaluate_scores, relevant_sets, seen_mat
 from services.evaluation.runner import PRESETS, load_dataset, preset_values  # noqa: E402
 from services.verfedgnn.config import TrainConfig  # noqa: E402
 from services.verfedgnn.coordinator import CoordinatorTrainer  # noqa: E402
-from services.verfedgnn.party import PartyTrainer  # noqa: E402
 from services.verfedgnn.private_data import training_data  # noqa: E402
 from services.verfedgnn.secure import (  # noqa: E402
     SecureInProcessFederation,
@@ -47,11 +46,11 @@ from services.verfedgnn.secure import (  # noqa: E402
 from services.verfedgnn.types import rmse_mae  # noqa: E402
 
 
-def ranking(fed: Federation, trainers: dict[str, PartyTrainer]) -> float:
-    """NDCG@10 over every party's catalogue from the parties' latest forward (h_u · h_v + biases)."""
+def ranking(fed: Federation, models: dict[str, dict[str, np.ndarray]]) -> float:
+    """NDCG@10 over every party's catalogue from the parties' serving arrays (h_u · h_v + biases)."""
     blocks, seen_parts, rel_parts, offset = [], [], [], 0
     for p in fed.parties:
-        m = trainers[p.party_id].serving_model()
+        m = models[p.party_id]
         score = m["user_repr"] @ m["item_repr"].T + m["item_bias"].reshape(1, -1)
         if "user_bias" in m:
             score = score + m["user_bias"].reshape(-1, 1) + float(np.asarray(m["global_bias"]).ravel()[0])
@@ -79,18 +78,22 @@ def dp_run(fed: Federation, config: TrainConfig) -> dict[str, Any]:
                                item_counts={p: d.n_items for p, d in datas.items()})
     trainers = {p: seeded_trainer(config=config, data=d, seeds=seeds[p]) for p, d in datas.items()}
     federation = SecureInProcessFederation(coordinator=coord, parties=trainers, secagg=secret)
-    best: dict[str, Any] = {"valid_rmse": math.inf, "rmse": math.nan, "ndcg@10": math.nan, "best_round": 0}
+    best: dict[str, Any] = {"valid_rmse": math.inf, "rmse": math.nan, "best_round": 0}
+    models: dict[str, dict[str, np.ndarray]] = {}
     for t in range(config.rounds):
         federation.run_round(t)
         valid, _ = rmse_mae([tr.last_metrics["valid"] for tr in trainers.values()])
         if valid < best["valid_rmse"]:
             test, _ = rmse_mae([tr.last_metrics["test"] for tr in trainers.values()])
-            best = {"valid_rmse": valid, "rmse": test, "ndcg@10": ranking(fed, trainers), "best_round": t}
+            # the serving arrays of the best round (fresh arrays each round); ranked once, at the end
+            models = {p: {k: np.array(v, copy=True) for k, v in tr.serving_model().items()} for p, tr in trainers.items()}
+            best = {"valid_rmse": valid, "rmse": test, "best_round": t}
         elif t - best["best_round"] >= config.patience:
             break
         if t % 50 == 49:
             print(f"  round {t + 1}: valid {valid:.4f} (best {best['valid_rmse']:.4f} at {best['best_round']})",
                   file=sys.stderr, flush=True)
+    best["ndcg@10"] = ranking(fed, models) if models else math.nan
     best["rounds_run"] = t + 1
     best["train_ratings_after_randomization"] = n
     return best
@@ -143,12 +146,10 @@ def main(argv: list[str] | None = None) -> None:
     with ProcessPoolExecutor(max_workers=args.jobs, initializer=torch.set_num_threads, initargs=(args.threads,)) as pool:
         futures = [pool.submit(epsilon_row, fed, base, eps) for eps in epsilons]
         local_future = pool.submit(local_only, fed, base)
-        runs = []
-        for eps, future in zip(epsilons, futures):
-            row = future.result()
-            runs.append(row)
-            log(f"epsilon {eps}: rmse {row['rmse']:.4f}, ndcg@10 {row['ndcg@10']:.4f}, "
-                f"spent {row['epsilon_spent']}, best round {row['best_round']}")
+        pending: list[Future[Any]] = [*futures, local_future]
+        for done in as_completed(pending):  # progress as each finishes
+            log(json.dumps(done.result()))
+        runs = [future.result() for future in futures]
         local_rmse = local_future.result()
     log(f"local only: {local_rmse}")
     print(json.dumps({"runs": runs, "local_only_rmse": local_rmse,
