@@ -120,4 +120,10 @@ def test_run_over_its_privacy_budget_is_refused_and_a_fitting_one_reports_its_ep
     dp = ok.json()["privacy"]["differential_privacy"]
     assert abs(dp["epsilon"] - 2) < 1e-3 and dp["budget"] == {"epsilon": 3, "delta": 1e-5}
     assert ok.json()["privacy"]["epsilon_spent"] == 0.0 and ok.json()["privacy"]["secure_aggregation"]["enabled"]
-    assert coord.post(f"/v1/runs/{ok.json()['run_id']}/cancel").json()["state"] == "cancelled"
+    run_id = ok.json()["run_id"]
+    assert coord.post(f"/v1/runs/{run_id}/cancel").status_code == 202  # it stops after its current step
+    for _ in range(400):
+        if coord.get(f"/v1/runs/{run_id}").json()["state"] == "cancelled":
+            break
+        time.sleep(0.05)
+    assert coord.get(f"/v1/runs/{run_id}").json()["state"] == "cancelled"
