@@ -28,7 +28,7 @@ from services.data.types import Dataset
 from services.evaluation import ranking, topk
 from services.evaluation import ranking_experiment as rx
 from services.evaluation.runner import PRESETS, preset_values
-from services.verfedgnn.config import TrainConfig
+from services.verfedgnn.config import RUN_DEFAULTS, TrainConfig
 from services.verfedgnn.reference import party_datas
 
 
@@ -83,7 +83,7 @@ def run_seed(values: dict[str, Any], args: argparse.Namespace, seed: int) -> dic
     parties = rx.seed_parties(args.dataset, args.data, split=args.split, n_parties=args.parties, seed=seed,
                               shares=args.shares)
     view = topk.ranking_view(parties)
-    config = TrainConfig(**values, seed=seed)
+    config = TrainConfig(**{**RUN_DEFAULTS, **values, "seed": seed})  # a coordinator run's defaults, as "served" gets
     started = time.perf_counter()
     row: dict[str, Any] = dict(rx.run_federated(parties, view, config=config)[0])
     log(f"seed {seed} federated: NDCG@10 {row['federated']['ndcg@10']:.4f} RMSE {row['federated']['rmse']:.4f} "

@@ -77,10 +77,11 @@ def run_federated(parties: Mapping[str, PartyData], view: topk.RankingView, *, c
     def on_model(t: int, scores: dict[str, np.ndarray]) -> None:
         if t % curve_every == 0:
             f = topk.evaluate_federation(view, scores)
-            curve.append({"round": t, "ndcg@10": f["ndcg@10"], "valid_rmse": rmse_by_round.get(t, float("nan"))})
+            curve.append({"round": t, "ndcg@10": f["ndcg@10"]})
 
-    run = topk.train_ranked(parties, config=config, global_mean=global_mean(parties), protocol="federated",
-                            on_round=note, on_model=on_model)
+    run = topk.train_ranked(parties, config=config, protocol="federated", on_round=note, on_model=on_model)
+    for point in curve:  # a round's scores come before its metrics are noted
+        point["valid_rmse"] = rmse_by_round.get(int(point["round"]), float("nan"))
     scores = run.scores()
     merged = topk.evaluate_federation(view, scores)
     out: dict[str, Any] = {**pick(merged), "rmse": run.result.rmse, "best_round": run.result.best_round,

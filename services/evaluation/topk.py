@@ -7,7 +7,7 @@ order). "Training" for the candidate rule is train ∪ validation (SPEC §5: wha
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -16,9 +16,18 @@ from services.evaluation.harness import RoundCallback, RunResult, train_rounds
 from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.coordinator import CoordinatorTrainer
 from services.verfedgnn.party import PartyTrainer
+from services.verfedgnn.reference import build_federation
 from services.verfedgnn.rounds import InProcessFederation
 from services.verfedgnn.scoring import rank_scores
-from services.verfedgnn.types import PartyData, RatingTriples, RoundMetrics
+from services.verfedgnn.secure import SecureInProcessFederation
+from services.verfedgnn.types import (
+    SPLITS,
+    MetricSums,
+    PartyData,
+    RatingTriples,
+    RoundMetrics,
+    rmse_mae,
+)
 
 ServingArrays = Mapping[str, np.ndarray]  # PartyTrainer.serving_model()
 
@@ -114,28 +123,57 @@ def evaluate_central(view: RankingView, scores: np.ndarray) -> dict[str, float]:
 
 @dataclass
 class RankedRun:
-    """A federated run and its parties' serving arrays at the round with the best validation RMSE."""
+    """A run and its parties' serving arrays at the round with the best validation RMSE."""
 
     result: RunResult
     models: dict[str, dict[str, np.ndarray]]
-    federation: InProcessFederation
+    federation: InProcessFederation | SecureInProcessFederation
 
     def scores(self) -> dict[str, np.ndarray]:
         """Each party's (N, M_p) ranking scores."""
         return {p: party_scores(m) for p, m in self.models.items()}
 
 
-def train_ranked(parties: Mapping[str, PartyData], *, config: TrainConfig, global_mean: float, protocol: str,
+def own_metrics(m: RoundMetrics, trainers: Mapping[str, PartyTrainer]) -> RoundMetrics:
+    """`m` with per-party figures each party computes on its own ratings (a masked round sends only sums)."""
+    if m.per_party:
+        return m
+    rows = {}
+    for p in m.participants:
+        sums = trainers[p].last_metrics
+        row = {}
+        for split in SPLITS:
+            row[f"{split}_rmse"], row[f"{split}_mae"] = rmse_mae([sums.get(split, MetricSums())])
+        rows[p] = row
+    return replace(m, per_party=rows)
+
+
+def train_ranked(parties: Mapping[str, PartyData], *, config: TrainConfig, protocol: str,
+                 global_mean: float | None = None, secrets: Mapping[str, bytes] | None = None,
                  on_round: RoundCallback | None = None,
                  on_model: Callable[[int, dict[str, np.ndarray]], None] | None = None) -> RankedRun:
     """Train VerFedGNN in-process with early stopping, keeping the best round's serving arrays.
 
-    `on_model(t, scores)` gets every round's per-party ranking scores (for figures over rounds).
+    Two or more parties are a federation, built exactly as the HTTP parties build theirs
+    (`reference.build_federation`: agreed Φ seed, party-local seeds from `secrets` (default: the dev
+    secrets `cli.localfed` gives its parties), masked rounds under `config.secure_aggregation`, the
+    coordinator's global mean), so the served model is the harness's model. Per-party figures are
+    each party's own (`own_metrics`). One party (alone, or every item centralized) trains with the
+    plain construction and `global_mean` (default: its own training mean). `on_model(t, scores)`
+    gets every round's per-party ranking scores (for figures over rounds).
     """
-    coord = CoordinatorTrainer(config=config, n_users=next(iter(parties.values())).n_users,
-                               item_counts={p: d.n_items for p, d in parties.items()}, global_mean=global_mean)
-    trainers = {p: PartyTrainer(config=config, data=d, seed=config.seed) for p, d in parties.items()}
-    fed = InProcessFederation(coordinator=coord, parties=trainers)
+    fed: InProcessFederation | SecureInProcessFederation
+    if len(parties) > 1:
+        if global_mean is not None:
+            raise ValueError("a federation's global mean is the coordinator's (from the parties' sums)")
+        built = build_federation(parties, config=config, secrets=secrets)
+        fed, trainers = built.federation, built.trainers
+    else:
+        (p, d), = parties.items()
+        mean = float(d.train.ratings.mean()) if global_mean is None else global_mean
+        coord = CoordinatorTrainer(config=config, n_users=d.n_users, item_counts={p: d.n_items}, global_mean=mean)
+        trainers = {p: PartyTrainer(config=config, data=d, seed=config.seed)}
+        fed = InProcessFederation(coordinator=coord, parties=trainers)
     kept: dict[str, dict[str, np.ndarray]] = {}
 
     def keep(t: int) -> None:
@@ -143,7 +181,7 @@ def train_ranked(parties: Mapping[str, PartyData], *, config: TrainConfig, globa
         kept.update({p: tr.serving_model() for p, tr in trainers.items()})
 
     def run_round(t: int) -> RoundMetrics:
-        m = fed.run_round(t)
+        m = own_metrics(fed.run_round(t), trainers)
         if on_model is not None:
             on_model(t, {p: party_scores(tr.serving_model()) for p, tr in trainers.items()})
         return m

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from services.crypto.secagg import SecAggParty
 from services.data.types import Dataset, Ratings
 from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.coordinator import CoordinatorTrainer
-from services.crypto.secagg import SecAggParty
+from services.verfedgnn.party import PartyTrainer
 from services.verfedgnn.private_data import training_data
 from services.verfedgnn.rounds import InProcessFederation
 from services.verfedgnn.secure import (
@@ -50,6 +51,47 @@ def party_datas(parties: Mapping[str, Dataset]) -> dict[str, PartyData]:
 
 
 @dataclass
+class ReferenceFederation:
+    """An in-process federation built as the HTTP parties build theirs, with the parties' trainers."""
+
+    federation: InProcessFederation | SecureInProcessFederation
+    trainers: dict[str, PartyTrainer]
+    datas: dict[str, PartyData]  # what each party trains on (after randomized response when DP is on)
+    global_mean: float  # the coordinator's: the parties' summed training ratings over their count
+
+
+def build_federation(datas: Mapping[str, PartyData], *, config: TrainConfig,
+                     secrets: Mapping[str, bytes] | None = None, run_id: str = "reference") -> ReferenceFederation:
+    """The HTTP transport's construction in one process (global mean, agreed and party-local seeds).
+
+    `datas` are the parties' loaded data (`party_datas`); `secrets` the parties' secrets (default:
+    `dev_party_secret`, what `cli.localfed` gives its parties). Each party's training data goes
+    through `training_data` with its own local seed; Φ comes from the seed the parties agree on and
+    item initialisation / quantization from each party's secret; rounds are masked when
+    `config.secure_aggregation`, as the coordinator plays them. `run_id` only changes the masks
+    (they cancel in the sums), never the trained model.
+    """
+    keys = {p: (secrets or {}).get(p) or dev_party_secret(p) for p in datas}
+    local = {p: SecAggParty(party_id=p, secret=keys[p], run_id=run_id).derived_seed("local", config.seed)
+             for p in datas}
+    trained = {p: training_data(d, config=config, local_seed=local[p]) for p, d in datas.items()}  # as each party does
+    n = sum(len(d.train) for d in trained.values())
+    mean = sum(float(d.train.ratings.sum()) for d in trained.values()) / max(1, n)
+    any_data = next(iter(trained.values()))
+    coord = CoordinatorTrainer(config=config, n_users=any_data.n_users, global_mean=mean,
+                               item_counts={p: d.n_items for p, d in trained.items()})
+    fed: InProcessFederation | SecureInProcessFederation
+    if config.secure_aggregation:
+        fed = secure_federation(config=config, datas=trained, coordinator=coord, secrets=keys, run_id=run_id)
+    else:
+        sec = {p: SecAggParty(party_id=p, secret=keys[p], run_id=run_id) for p in trained}
+        seeds = agree_in_process(sec, run_seed=config.seed)
+        fed = InProcessFederation(coordinator=coord, parties={p: seeded_trainer(config=config, data=d, seeds=seeds[p])
+                                                              for p, d in trained.items()})
+    return ReferenceFederation(fed, dict(fed.parties), trained, mean)
+
+
+@dataclass
 class ReferenceResult:
     """History and timing of an in-process run."""
 
@@ -65,29 +107,12 @@ class ReferenceResult:
 
 def run_reference(*, parties: Mapping[str, Dataset], config: TrainConfig, rounds: int,
                   secrets: Mapping[str, bytes] | None = None) -> ReferenceResult:
-    """Train in-process with the HTTP transport's construction (global mean, agreed and party-local seeds, user order).
+    """Train in-process with the HTTP transport's construction (`build_federation` over `party_datas`).
 
     `secrets` are the parties' secrets (default: `dev_party_secret`, what `cli.localfed` gives its
     parties); masked rounds when `config.secure_aggregation`, as the coordinator plays them.
     """
-    datas = party_datas(parties)
-    keys = {p: (secrets or {}).get(p) or dev_party_secret(p) for p in datas}
-    local = {p: SecAggParty(party_id=p, secret=keys[p], run_id="reference").derived_seed("local", config.seed)
-             for p in datas}
-    datas = {p: training_data(d, config=config, local_seed=local[p]) for p, d in datas.items()}  # as each party does
     started = time.perf_counter()
-    n = sum(len(d.train) for d in datas.values())
-    mean = sum(float(d.train.ratings.sum()) for d in datas.values()) / max(1, n)
-    any_data = next(iter(datas.values()))
-    coord = CoordinatorTrainer(config=config, n_users=any_data.n_users, global_mean=mean,
-                               item_counts={p: d.n_items for p, d in datas.items()})
-    fed: InProcessFederation | SecureInProcessFederation
-    if config.secure_aggregation:
-        fed = secure_federation(config=config, datas=datas, coordinator=coord, secrets=keys, run_id="reference")
-    else:
-        sec = {p: SecAggParty(party_id=p, secret=keys[p], run_id="reference") for p in datas}
-        seeds = agree_in_process(sec, run_seed=config.seed)
-        fed = InProcessFederation(coordinator=coord, parties={p: seeded_trainer(config=config, data=d, seeds=seeds[p])
-                                                              for p, d in datas.items()})
+    fed = build_federation(party_datas(parties), config=config, secrets=secrets).federation
     history = [fed.run_round(t) for t in range(rounds)]
     return ReferenceResult(history, time.perf_counter() - started, fed)

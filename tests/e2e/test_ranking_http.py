@@ -5,13 +5,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 
 from cli.localfed import API_KEY
 from models.vertical import build_public
 from services.evaluation import ranking, topk
+from services.evaluation import ranking_experiment as rx
 from services.verfedgnn.config import TrainConfig, model_config, run_config
-from services.verfedgnn.reference import party_datas, run_reference
+from services.verfedgnn.coordinator import CoordinatorTrainer
+from services.verfedgnn.party import PartyTrainer
+from services.verfedgnn.reference import party_datas
+from services.verfedgnn.rounds import InProcessFederation
 from tests.e2e.test_federation_http import Recorder, _arrays
 from tests.support.federation import TINY_CONFIG, Federation, federation
 
@@ -61,12 +66,31 @@ def test_no_body_carries_a_negative_item_id_or_an_item_count(
 
 
 def test_served_top_k_is_the_harness_list(done: tuple[Federation, dict[str, Any], list[Any]]) -> None:
+    """The coordinator's fan-out serves exactly the merged list of the harness's model (`topk.train_ranked`)."""
     fed, _, _ = done
-    ref = run_reference(parties=fed.datasets, config=run_config(CONFIG, seed=SEED, rounds=ROUNDS), rounds=ROUNDS)
+    config = run_config(CONFIG, seed=SEED, rounds=ROUNDS).model_copy(update={"patience": ROUNDS})
+    assert config.secure_aggregation, "a coordinator run's default (secure aggregation) is what is compared"
     datas = party_datas(fed.datasets)
     view = topk.ranking_view(datas)
-    scores = {p: topk.party_scores(t.serving_model()) for p, t in ref.federation.parties.items()}
-    top = topk.merged_top(view, scores, K)
+    last: dict[str, Any] = {}
+
+    def on_model(t: int, scores: dict[str, Any]) -> None:
+        if t == ROUNDS - 1:
+            last.update(scores)
+
+    run = topk.train_ranked(datas, config=config, protocol="federated", on_model=on_model)
+    assert run.result.rounds_run == ROUNDS and set(last) == set(view.party_ids)
+    assert set(run.result.per_party) == set(view.party_ids)  # each party's own figures under masking
+    top = topk.merged_top(view, last, K)
+    # the plain construction (run seed everywhere, no masking) trains another model: the check can tell
+    coord = CoordinatorTrainer(config=config, n_users=view.seen.shape[0], global_mean=rx.global_mean(datas),
+                               item_counts={p: d.n_items for p, d in datas.items()})
+    plain = InProcessFederation(coordinator=coord, parties={p: PartyTrainer(config=config, data=d, seed=config.seed)
+                                                            for p, d in datas.items()})
+    for t in range(ROUNDS):
+        plain.run_round(t)
+    other = topk.merged_top(view, {p: topk.party_scores(t.serving_model()) for p, t in plain.parties.items()}, K)
+    assert not np.array_equal(other, top)
     users = sorted(set.intersection(*[{str(u) for s in (ds.train, ds.valid, ds.test) if s is not None
                                        for u in s.user_ids.tolist()} for ds in fed.datasets.values()]))
     items = [(p, it) for p in view.party_ids
