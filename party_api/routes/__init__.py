@@ -8,13 +8,14 @@ from party_api.routes import federation, health, ingest, serving, social, summar
 
 # Federation routers guard themselves with `dependencies=[CoordinatorDep]`,
 # serving routers with `dependencies=[ApiKeyDep]` (see party_api.deps).
+# Serving second: the router tries routes in this order, and top-K and predictions are the hot path.
 ROUTERS: list[APIRouter] = [
     health.router,
+    serving.router,
     ingest.router,
     users.router,
     summary.router,
     federation.router,
     federation.admin_router,
-    serving.router,
     social.router,
 ]
