@@ -122,4 +122,7 @@ class MergedRecommendations(BaseModel):
 
     user_id: str
     items: list[MergedItem]
+    # party id -> error code, for each enabled party that failed, refused or missed the fan-out deadline
     unavailable: dict[str, str]
+    partial: bool = Field(description="true when some enabled party is in `unavailable`: the items are the "
+                                      "merge of the parties that answered")

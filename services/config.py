@@ -171,6 +171,10 @@ class CoordinatorSettings(GuardSettings):
     retry_backoff_s: float = 0.2
     # How often a paused run (below min_parties) probes its parties again.
     pause_poll_s: float = 2.0
+    # Serving fan-out (GET /v1/users/{id}/recommendations): each party's deadline. The parties are asked
+    # at once; a party that has not answered by then is listed in "unavailable" and the merge of the
+    # others comes back with "partial": true (an app waiting on top-K cannot wait a training timeout).
+    fanout_timeout_s: float = Field(2.0, gt=0.0, le=120.0)
     # /metrics answers with this bearer token only (unset: /metrics is off); never an API credential.
     metrics_token: str | None = None
     log_format: Literal["json", "text"] = "json"

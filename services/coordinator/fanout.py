@@ -16,9 +16,14 @@ if TYPE_CHECKING:
 
 
 def merged_recommendations(*, session: Session, manager: RunManager, user_id: str, k: int) -> dict[str, Any]:
-    """Top-k over all parties; 404 when no party knows the user, 502 when none could answer."""
+    """Top-k over all parties; 404 when no party knows the user, 502 when none could answer.
+
+    The enabled parties are asked at once, each with the `fanout_timeout_s` deadline; the answer merges
+    whoever answered, lists the others in "unavailable" and is flagged "partial" when that list is not empty.
+    """
     counter = TrafficCounter()
-    clients = {p.party_id: PartyClient(p, http=manager.http, counter=counter, timeout_s=10.0, max_retries=0)
+    deadline = manager.settings.fanout_timeout_s
+    clients = {p.party_id: PartyClient(p, http=manager.http, counter=counter, timeout_s=deadline, max_retries=0)
                for p in registry.list_parties(session=session) if p.enabled}
 
     def ask(c: PartyClient) -> dict[str, Any] | str | None:
@@ -32,7 +37,7 @@ def merged_recommendations(*, session: Session, manager: RunManager, user_id: st
         except DomainError as exc:  # it answered (e.g. no model published yet): listed, not "unavailable"
             return exc.code  # the code only: a party's error detail is not the app's to read
 
-    answers, failures = fan_out(manager._pool, clients, ask)
+    answers, failures = fan_out(manager._pool, clients, ask, deadline_s=deadline)
     # "code: detail" -> code: a party's host names and error details are not the app's to read.
     failures = {pid: reason.split(":", 1)[0] for pid, reason in failures.items()}
     items: list[dict[str, Any]] = []
@@ -51,4 +56,4 @@ def merged_recommendations(*, session: Session, manager: RunManager, user_id: st
         raise NotFound(f"user {user_id!r} is unknown to every party", extra={"field": "user_id"})
     # Predicted ratings rank above popularity counts, which are on another scale.
     items.sort(key=lambda it: (it["fallback"] is not None, -it["score"]))
-    return {"user_id": user_id, "items": items[:k], "unavailable": failures}
+    return {"user_id": user_id, "items": items[:k], "unavailable": failures, "partial": bool(failures)}

@@ -197,7 +197,7 @@ def test_serving_after_the_run(done: tuple[Federation, dict[str, Any], list[Any]
     merged = fed.http.get(f"{fed.coordinator.url}/v1/users/{user}/recommendations", params={"k": 8}, headers=key)
     assert merged.status_code == 200, merged.text
     body = merged.json()
-    assert body["unavailable"] == {} and len(body["items"]) == 8
+    assert body["unavailable"] == {} and body["partial"] is False and len(body["items"]) == 8
     scores = [it["score"] for it in body["items"]]
     assert scores == sorted(scores, reverse=True) and len({it["party_id"] for it in body["items"]}) >= 2
     missing = fed.http.get(f"{fed.coordinator.url}/v1/users/nobody/recommendations", headers=key)

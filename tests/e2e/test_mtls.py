@@ -39,6 +39,7 @@ def test_federation_and_serving_over_mutual_tls(tmp_path: Path) -> None:
         answer = fed.http.get(f"{fed.coordinator.url}/v1/users/user-1/recommendations",
                               headers={"X-API-Key": API_KEY})
         assert answer.status_code == 200 and answer.json()["items"] and not answer.json()["unavailable"]
+        assert answer.json()["partial"] is False
 
         # Refused at the handshake, before any token is looked at.
         with pytest.raises(httpx.TransportError), httpx.Client(verify=_client_context(ca)) as bare:

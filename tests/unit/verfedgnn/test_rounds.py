@@ -117,3 +117,24 @@ def test_fan_out_collects_results_and_reasons_in_id_order() -> None:
     results, failures = sequential
     assert list(results) == ["c", "d"] and results == {"c": 30, "d": 10}
     assert failures == {"a": "protocol_error: zero refused", "b": "RuntimeError: negative"}
+
+
+def test_fan_out_deadline_keeps_the_answers_in_time() -> None:
+    import threading
+    import time
+
+    release = threading.Event()
+
+    def call(x: int) -> int:
+        if x < 0:
+            release.wait(10)  # a party that does not answer in time
+        return x
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        started = time.monotonic()
+        results, failures = fan_out(pool, {"a": 1, "b": -1, "c": 2}, call, deadline_s=0.3)
+        elapsed = time.monotonic() - started
+        release.set()
+    assert results == {"a": 1, "c": 2}
+    assert failures == {"b": "party_unavailable: no answer within 0.3s"}
+    assert 0.3 <= elapsed < 2.0  # one shared deadline, not one per party in turn
