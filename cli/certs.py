@@ -83,11 +83,12 @@ def issue(ca: Issued, common_name: str, hosts: list[str]) -> Issued:
     return Issued(key, cert)
 
 
-def federation_certs(out: Path, *, parties: list[str], hosts: list[str]) -> dict[str, tuple[Path, Path]]:
-    """ca.crt (+ ca.key) and NAME.crt/NAME.key for the coordinator and each party under `out`."""
+def federation_certs(out: Path, *, parties: list[str], hosts: list[str],
+                     clients: list[str] | None = None) -> dict[str, tuple[Path, Path]]:
+    """ca.crt (+ ca.key) and NAME.crt/NAME.key for the coordinator, each party and each extra client under `out`."""
     ca = make_ca()
     files = {"ca": ca.write(out, "ca")}
-    for name in ["coordinator", *parties]:
+    for name in ["coordinator", *parties, *(clients or [])]:
         files[name] = issue(ca, name, hosts).write(out, name)
     return files
 

@@ -18,7 +18,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from cli.http import checked
-from cli.localfed import ADMIN, API_KEY, CoordinatorClient, coordinator_proc, load_party, party_proc
+from cli.localfed import ADMIN, API_KEY, CoordinatorClient, LocalTLS, coordinator_proc, load_party, party_proc
 from models.metrics import rmse
 from services.data.types import Dataset
 from services.errors import DomainError
@@ -118,10 +118,14 @@ def _served_figures(http: httpx.Client, url: str, parts: dict[str, Dataset]) -> 
               for j, it in enumerate(sorted({str(i) for s in (parts[p].train, parts[p].valid, parts[p].test)
                                              if s is not None for i in s.item_ids.tolist()}))}
     lists = {}
+    partial = 0
     for row in view.relevant:
         body = checked(http.get(f"{url}/v1/users/{users[row]}/recommendations", params={"k": 20},
                                 headers={"X-API-Key": API_KEY}))
         lists[row] = [column[(it["party_id"], it["item_id"])] for it in body["items"]]
+        partial += bool(body.get("partial"))
+    if partial:  # a party missed the fan-out deadline (COORD_FANOUT_TIMEOUT_S): those lists lack its items
+        console.print(f"[yellow]{partial}/{len(lists)} merged lists were partial[/yellow]")
     return ranking.evaluate_lists(lists, view.relevant, n_items=view.seen.shape[1], train_counts=view.train_counts)
 
 
@@ -145,6 +149,8 @@ def demo(
                                                         "ML-100K; early stopping as the preset says)")] = None,
     seed: Annotated[int, typer.Option()] = 0,
     keep: Annotated[bool, typer.Option(help="keep the temp directory with the databases and logs")] = False,
+    tls: Annotated[bool, typer.Option(help="HTTPS everywhere with a development CA made for the demo; parties "
+                                           "require client certificates (mutual TLS)")] = False,
 ) -> None:
     """Start a coordinator and three parties, load data over HTTP, align, train, compare, recommend."""
     started = time.perf_counter()
@@ -153,8 +159,11 @@ def demo(
     ds = _dataset(data, seed)
     parts = {f"party{k}": p for k, p in enumerate(vertical_split_dataset(ds, 3, seed=seed))}
     root = Path(tempfile.mkdtemp(prefix="fedrec-demo-"))
-    procs = {p: party_proc(p, root) for p in parts}
-    coord = coordinator_proc(root, extra_env={"COORD_PAUSE_POLL_S": "0.5"})
+    certs = LocalTLS.create(root / "certs", list(parts)) if tls else None
+    procs = {p: party_proc(p, root, tls=certs) for p in parts}
+    coord = coordinator_proc(root, extra_env={"COORD_PAUSE_POLL_S": "0.5"}, tls=certs)
+    # The operator's clients: trust the demo's CA and present a certificate it signed (parties require one).
+    verify = certs.client_context() if certs else True
     rounds = rounds or (300 if data is not None else 60)
     # the ranking-capable model with the tuned preset: one run serves ratings and the top-K
     config = {k: v for k, v in preset_values("tuned-ranking", "gcn").items() if k != "rounds"}
@@ -163,8 +172,10 @@ def demo(
         with console.status("starting coordinator and 3 parties (separate processes)..."):
             for proc in [*procs.values(), coord]:
                 proc.start()
-        http = httpx.Client(timeout=300)
-        cc = CoordinatorClient(coord.url)
+        if certs:
+            console.print(f"TLS: development CA {certs.ca}; parties require client certificates (mutual TLS)")
+        http = httpx.Client(timeout=300, verify=verify)
+        cc = CoordinatorClient(coord.url, http=httpx.Client(timeout=60, verify=verify))
         for pid, ds_p in parts.items():
             n = load_party(http, procs[pid].url, ds_p)
             named = _load_titles(http, procs[pid].url, ds_p, titles)
@@ -246,7 +257,8 @@ def _recommend(http: httpx.Client, url: str, parts: dict[str, Dataset], titles: 
         except DomainError as exc:
             console.print(f"user {user}: {exc.detail}")
             continue
-        console.print(f"top-5 for user {user}:")
+        missing = f" (partial: {', '.join(sorted(body['unavailable']))} did not answer)" if body.get("partial") else ""
+        console.print(f"top-5 for user {user}{missing}:")
         for it in body["items"]:
             name = titles.get(it["item_id"], "")
             console.print(f"  {it['party_id']}/{it['item_id']} {name} (score {it['score']:.2f})")

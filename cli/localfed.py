@@ -6,6 +6,7 @@ import os
 import secrets
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from cli.certs import federation_certs
 from cli.http import checked
 from services.data.types import Dataset, Ratings
 from services.db.session import owner_only_dir, owner_only_file
@@ -50,6 +52,7 @@ class Proc:
     args: list[str]
     log: Path
     popen: subprocess.Popen[bytes] | None = None
+    verify: ssl.SSLContext | bool = True  # what a client checks the server with (and presents, under mTLS)
 
     def spawn(self) -> Proc:
         """Start the process without waiting."""
@@ -61,7 +64,7 @@ class Proc:
 
     def wait_ready(self, *, timeout: float = 60.0) -> Proc:
         """Wait until /health answers."""
-        wait_healthy(self.url, timeout=timeout, proc=self.popen, log=self.log)
+        wait_healthy(self.url, timeout=timeout, proc=self.popen, log=self.log, verify=self.verify)
         return self
 
     def start(self, *, timeout: float = 60.0) -> Proc:
@@ -93,7 +96,7 @@ def start_all(procs: list[Proc], *, timeout: float = 90.0) -> None:
 
 
 def wait_healthy(url: str, *, timeout: float, proc: subprocess.Popen[bytes] | None = None,
-                 log: Path | None = None, path: str = "/health") -> None:
+                 log: Path | None = None, path: str = "/health", verify: ssl.SSLContext | bool = True) -> None:
     """Poll GET `path` (/health, or /ready for a migrated database) until it answers 200."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -101,7 +104,7 @@ def wait_healthy(url: str, *, timeout: float, proc: subprocess.Popen[bytes] | No
             tail = log.read_text()[-2000:] if log else ""
             raise RuntimeError(f"{url} exited with {proc.returncode}:\n{tail}")
         try:
-            if httpx.get(f"{url}{path}", timeout=2).status_code == 200:
+            if httpx.get(f"{url}{path}", timeout=2, verify=verify).status_code == 200:
                 return
         except httpx.TransportError:
             pass
@@ -109,30 +112,76 @@ def wait_healthy(url: str, *, timeout: float, proc: subprocess.Popen[bytes] | No
     raise RuntimeError(f"{url}{path} did not answer 200 in {timeout}s")
 
 
+@dataclass(frozen=True)
+class LocalTLS:
+    """A development CA and certificates for a local federation (`fedrec certs`), and who uses which.
+
+    Parties serve HTTPS and require a client certificate from the CA (mutual TLS); the coordinator
+    serves HTTPS, verifies parties against the CA and presents its own certificate to them; the
+    operator's clients (data loading, run control, apps) trust the CA and present the `operator`
+    certificate, which the parties accept like any other the CA signed.
+    """
+
+    files: dict[str, tuple[Path, Path]]
+
+    @classmethod
+    def create(cls, out: Path, parties: list[str]) -> LocalTLS:
+        """Write ca.crt and one certificate per service (and the operator) under `out` (loopback SANs)."""
+        owner_only_dir(out)
+        return cls(federation_certs(out, parties=parties, hosts=["localhost", "127.0.0.1"], clients=["operator"]))
+
+    @property
+    def ca(self) -> Path:
+        """The CA bundle every side verifies the others against."""
+        return self.files["ca"][0]
+
+    def party_env(self, party_id: str) -> dict[str, str]:
+        """PARTY_* settings: serve HTTPS with the party's certificate, require client certificates."""
+        cert, key = self.files[party_id]
+        return {"PARTY_TLS_CERT_FILE": str(cert), "PARTY_TLS_KEY_FILE": str(key),
+                "PARTY_TLS_CLIENT_CA_FILE": str(self.ca)}
+
+    def coordinator_env(self) -> dict[str, str]:
+        """COORD_* settings: serve HTTPS, verify parties against the CA, present the client certificate."""
+        cert, key = self.files["coordinator"]
+        return {"COORD_TLS_CERT_FILE": str(cert), "COORD_TLS_KEY_FILE": str(key), "COORD_PARTY_CA_FILE": str(self.ca),
+                "COORD_CLIENT_CERT_FILE": str(cert), "COORD_CLIENT_KEY_FILE": str(key)}
+
+    def client_context(self) -> ssl.SSLContext:
+        """For httpx clients of the operator: trust the CA, present the operator certificate."""
+        context = ssl.create_default_context(cafile=str(self.ca))
+        cert, key = self.files["operator"]
+        context.load_cert_chain(str(cert), str(key))
+        return context
+
+
 def party_proc(party_id: str, root: Path, *, port: int | None = None,
-               extra_env: Mapping[str, str] | None = None) -> Proc:
-    """A party service process with its own SQLite database under root/party_id."""
+               extra_env: Mapping[str, str] | None = None, tls: LocalTLS | None = None) -> Proc:
+    """A party service process with its own SQLite database under root/party_id (HTTPS + mTLS with `tls`)."""
     port = port or free_port()
     home = root / party_id
     owner_only_dir(home)
     env = {"PARTY_PARTY_ID": party_id, "PARTY_DATABASE_URL": f"sqlite:///{home / 'party.db'}",
            "PARTY_DATA_DIR": str(home), "PARTY_ADMIN_TOKEN": ADMIN, "PARTY_COORDINATOR_TOKEN": COORD_TOKEN,
            "PARTY_API_KEYS": f'["{API_KEY}"]', "PARTY_SECRET": dev_party_secret(party_id).hex(), **ONE_THREAD,
-           **(extra_env or {})}
-    return Proc(party_id, f"http://127.0.0.1:{port}", env,
-                [sys.executable, "-m", "party_api", "--host", "127.0.0.1", "--port", str(port)], home / "log.txt")
+           **(tls.party_env(party_id) if tls else {}), **(extra_env or {})}
+    return Proc(party_id, f"{'https' if tls else 'http'}://127.0.0.1:{port}", env,
+                [sys.executable, "-m", "party_api", "--host", "127.0.0.1", "--port", str(port)], home / "log.txt",
+                verify=tls.client_context() if tls else True)
 
 
-def coordinator_proc(root: Path, *, port: int | None = None, extra_env: Mapping[str, str] | None = None) -> Proc:
-    """The coordinator process with its own SQLite database under root/coordinator."""
+def coordinator_proc(root: Path, *, port: int | None = None, extra_env: Mapping[str, str] | None = None,
+                     tls: LocalTLS | None = None) -> Proc:
+    """The coordinator process with its own SQLite database under root/coordinator (HTTPS with `tls`)."""
     port = port or free_port()
     home = root / "coordinator"
     owner_only_dir(home)
     env = {"COORD_DATABASE_URL": f"sqlite:///{home / 'coordinator.db'}", "COORD_DATA_DIR": str(home),
-           "COORD_ADMIN_TOKEN": ADMIN, "COORD_API_KEYS": f'["{API_KEY}"]', **ONE_THREAD, **(extra_env or {})}
-    return Proc("coordinator", f"http://127.0.0.1:{port}", env,
+           "COORD_ADMIN_TOKEN": ADMIN, "COORD_API_KEYS": f'["{API_KEY}"]', **ONE_THREAD,
+           **(tls.coordinator_env() if tls else {}), **(extra_env or {})}
+    return Proc("coordinator", f"{'https' if tls else 'http'}://127.0.0.1:{port}", env,
                 [sys.executable, "-m", "coordinator_api", "--host", "127.0.0.1", "--port", str(port)],
-                home / "log.txt")
+                home / "log.txt", verify=tls.client_context() if tls else True)
 
 
 def _rows(r: Ratings) -> list[dict[str, Any]]:
