@@ -25,6 +25,9 @@ class CoordinatorMetrics:
                              "round ternary quantization is (0, grad_scale/r)-DP, composed over rounds (basic "
                              "composition); without quantization epsilon is unbounded",
                              ["run_id", "parameter"], registry=registry)
+        self.dp = Gauge("fedrec_run_dp_spent", "Whole-run differential privacy a run has spent (the run record's "
+                        "guarantee for one user-item interaction at one party): parameter epsilon (+Inf without "
+                        "DP) at parameter delta", ["run_id", "parameter"], registry=registry)
 
     def round_completed(self, run_id: str, record: RoundRecord, config: TrainConfig) -> None:
         """Count the round, observe its duration and traffic, update the run's privacy spent."""
@@ -38,3 +41,7 @@ class CoordinatorMetrics:
         rounds = record.round_index + 1
         self.privacy.labels(run_id, "epsilon").set(0.0 if per_round is not None else float("inf"))
         self.privacy.labels(run_id, "delta").set(min(1.0, rounds * per_round) if per_round is not None else 1.0)
+        # A round has completed, so every party has released its randomized matrix: the whole ε is spent.
+        guarantee = config.guarantee()
+        self.dp.labels(run_id, "epsilon").set(guarantee.epsilon)
+        self.dp.labels(run_id, "delta").set(guarantee.delta)

@@ -80,7 +80,7 @@ def test_json_log_lines_carry_the_request_id() -> None:
 def test_one_round_is_followed_across_services_and_counted(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="fedrec.http")
     with federation(tmp_path, n_parties=2, metrics_token=METRICS_TOKEN) as fed:
-        run = fed.client.create_run(rounds=2, min_parties=2, seed=0, config=TINY_CONFIG)
+        run = fed.client.create_run(rounds=2, min_parties=2, seed=0, config={**TINY_CONFIG, "dp_epsilon": 8})
         status = fed.client.wait(run["run_id"], timeout=180)
         assert status["state"] == "completed"
         # Serving fan-out: the caller's request id reaches every party.
@@ -104,3 +104,8 @@ def test_one_round_is_followed_across_services_and_counted(tmp_path: Path, caplo
             assert samples[("fedrec_round_party_bytes_sum", key[1])] > 0
     assert samples[("fedrec_run_privacy_spent", (("parameter", "delta"), ("run_id", run["run_id"])))] == \
         pytest.approx(2 / 3)
+    # the whole-run DP guarantee the run status reports, spent once the parties released their data
+    dp_spent = samples[("fedrec_run_dp_spent", (("parameter", "epsilon"), ("run_id", run["run_id"])))]
+    assert dp_spent == pytest.approx(status["privacy"]["epsilon_spent"]) and 7.99 < dp_spent <= 8.0
+    assert samples[("fedrec_run_dp_spent", (("parameter", "delta"), ("run_id", run["run_id"])))] == \
+        pytest.approx(status["privacy"]["differential_privacy"]["delta"])
