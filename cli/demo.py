@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import sys
 import tempfile
 import time
 import warnings
@@ -27,7 +28,8 @@ from services.evaluation.runner import preset_values
 from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.reference import party_datas
 
-console = Console()
+# Piped into a file or CI log there is no terminal width: rich would wrap the tables at 80 columns.
+console = Console(width=None if sys.stdout.isatty() else 140)
 
 
 def _dataset(data: Path | None, seed: int) -> Dataset:
