@@ -19,7 +19,7 @@ from services.evaluation.report import (
     write_report,
 )
 from services.evaluation.runner import PRESETS, preset_values, run_seeds
-from services.verfedgnn.config import TrainConfig
+from services.verfedgnn.config import RUN_DEFAULTS, TrainConfig
 from services.verfedgnn.types import RoundMetrics
 
 PROTOCOL_SETS = {"all": ["centralized", "federated", "local"], "federated": ["federated"],
@@ -63,8 +63,9 @@ def run(data: Annotated[Path, Opt(help="data set directory or file")],
     if protocol not in PROTOCOL_SETS:
         raise typer.BadParameter(f"unknown protocol {protocol!r}")
     if ranking:
-        config = build_config(preset or "tuned-ranking",
-                              {"model": model, "q_ratio": q_ratio, "r": r, "alpha": alpha, "rounds": rounds})
+        # A coordinator run's defaults (secure aggregation): the figures are those of the model a default run serves.
+        config = build_config(preset or "tuned-ranking", {**RUN_DEFAULTS, "model": model, "q_ratio": q_ratio, "r": r,
+                                                          "alpha": alpha, "rounds": rounds})
         run_ranking(dataset=dataset, data=data, split=split, parties=parties, seeds=seeds, config=config,
                     valid_fraction=valid_fraction, out=out)
         return
