@@ -41,13 +41,6 @@ def _dataset(data: Path | None, seed: int) -> Dataset:
     return ensure_validation(load_ml100k(data, split="u1"), fraction=0.1, seed=seed)
 
 
-def _best_valid(rounds: list[dict[str, Any]], key: str) -> float:
-    """Test RMSE at the round with the best validation RMSE (the harness's early-stopping rule)."""
-    scored = [r for r in rounds if key.replace("test", "valid") in r["metrics"] and key in r["metrics"]]
-    best = min(scored, key=lambda r: r["metrics"][key.replace("test", "valid")])
-    return float(best["metrics"][key])
-
-
 def _baselines(parts: dict[str, Dataset], config: TrainConfig
                ) -> tuple[dict[str, float], float, dict[str, dict[str, float]]]:
     """Each party alone and centralized (RMSE and top-K), most-popular and EASE, by the in-process harness."""
