@@ -19,7 +19,15 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from cli.http import checked
-from cli.localfed import ADMIN, API_KEY, CoordinatorClient, LocalTLS, coordinator_proc, load_party, party_proc
+from cli.localfed import (
+    ADMIN,
+    API_KEY,
+    CoordinatorClient,
+    LocalTLS,
+    coordinator_proc,
+    load_party,
+    party_proc,
+)
 from models.metrics import rmse
 from services.data.types import Dataset
 from services.errors import DomainError
