@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 from services.coordinator import registry
 from services.coordinator.client import PartyClient, TrafficCounter
 from services.errors import DomainError, NotFound, PartyUnavailable
-from services.verfedgnn.rounds import fan_out
+from services.federation.fanout import fan_out
 
 if TYPE_CHECKING:
     from services.coordinator.runner import RunManager

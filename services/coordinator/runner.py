@@ -24,7 +24,8 @@ from services.protocol.tracing import bound_request_id
 from services.verfedgnn.config import TrainConfig, run_config
 from services.verfedgnn.coordinator import CoordinatorTrainer
 from services.verfedgnn.messages import ConfigureRequest, PeersRequest, PeersResponse, StartRequest, StartResponse
-from services.verfedgnn.rounds import fan_out, run_round
+from services.federation.fanout import fan_out
+from services.verfedgnn.rounds import run_round
 from services.verfedgnn.secure import run_secure_round
 from services.verfedgnn.state_codec import dump_state, load_state
 from services.verfedgnn.types import SPLITS, RoundMetrics

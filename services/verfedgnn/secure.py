@@ -26,7 +26,8 @@ from services.errors import ProtocolError
 from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.coordinator import CoordinatorTrainer, upload_gradients
 from services.verfedgnn.party import PartyTrainer
-from services.verfedgnn.rounds import RoundOutcome, fan_out
+from services.federation.fanout import fan_out
+from services.verfedgnn.rounds import RoundOutcome
 from services.verfedgnn.types import SPLITS, MetricSums, PartyData, RoundMetrics
 
 MIN_MASKED = 2  # a masked sum over one party would be that party's value in the clear

@@ -18,7 +18,7 @@ import pytest
 from tests.support.layout import OURS, ROOT, imports_of, module_name, our_files, package_of
 
 CORE = frozenset({"services.errors", "services.protocol", "services.crypto", "services.data", "services.db",
-                  "models"})
+                  "models", "services.federation"})
 PROTOCOLS = frozenset({"services.verfedgnn", "services.p4gcn", "services.fedpergnn"})
 ROLES = frozenset({"services.party", "services.coordinator"})
 APIS = frozenset({"party_api", "coordinator_api"})
@@ -35,6 +35,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "services.crypto": frozenset({"services.errors"}),
     "services.protocol": frozenset({"services.errors"}),
     "services.data": frozenset({"services.errors"}),
+    # the protocol-neutral runtime: fan-out, links, aggregation strategies, the protocol registry
+    "services.federation": frozenset({"services.errors", "services.crypto", "services.protocol"}),
     # protocols: the core (never a role, an API or settings; one may build on another, never in a circle)
     "services.verfedgnn": CORE,
     "services.p4gcn": CORE,
@@ -77,6 +79,7 @@ NOT_LOADED: dict[str, frozenset[str]] = {
     "services.protocol": WEB | {"torch", "sqlalchemy", "httpx"},
     "services.verfedgnn": WEB | {"sqlalchemy", "httpx"},  # the engine: storage and transport are the roles'
     "services.fedpergnn": WEB | {"sqlalchemy", "httpx"},
+    "services.federation": WEB | {"torch", "sqlalchemy", "httpx"},  # the runtime: transport-free, model-free
     "services": WEB,
 }
 

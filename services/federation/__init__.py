@@ -1,0 +1,1 @@
+"""Protocol-neutral federation runtime: fan-out, links, aggregation strategies, the protocol registry."""
