@@ -121,7 +121,7 @@ class PartySettings(GuardSettings):
     peer_identities: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _secrets(self) -> "PartySettings":
+    def _secrets(self) -> PartySettings:
         """Fill dev secrets (and the dev key-size floor) in dev mode; refuse to start without secrets otherwise."""
         if self.dev_mode:
             self.admin_token = self.admin_token or DEV_ADMIN_TOKEN
@@ -188,7 +188,7 @@ class CoordinatorSettings(GuardSettings):
     client_key_file: Path | None = None
 
     @model_validator(mode="after")
-    def _secrets(self) -> "CoordinatorSettings":
+    def _secrets(self) -> CoordinatorSettings:
         """Fill dev secrets in dev mode; refuse to start without secrets otherwise."""
         if self.dev_mode:
             self.admin_token = self.admin_token or DEV_ADMIN_TOKEN

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from api_common.errors import error_responses
-from api_common.params import LayerPath, NamePath, RoundPath
 from api_common.guard import body_class
+from api_common.params import NamePath, RoundPath
 from party_api.deps import AdminDep, CacheDep, CoordinatorDep, FedDep, ProtocolDep, SessionDep
 from party_api.schemas import (
     PsiFinishResponse,
@@ -19,19 +19,17 @@ from party_api.schemas import (
     SplitResponse,
 )
 from services.errors import ProtocolError
-from services.party import fed_store
-from services.protocol.federation import FEDERATION_MEDIA_TYPE
-from services.verfedgnn.messages import (
-    AckResponse,
+from services.federation.links import Step
+from services.federation.messages import (
     ConfigureRequest,
     ConfigureResponse,
-    MaskedStepRequest,
     PeersRequest,
     PeersResponse,
-    RecoveryRequest,
     StartRequest,
     StartResponse,
 )
+from services.party import fed_store
+from services.protocol.federation import FEDERATION_MEDIA_TYPE
 
 Attempt = Annotated[int, Query(ge=0, le=1_000_000)]
 FEDERATION, SMALL = body_class("federation"), body_class("small")  # body-size classes (413 past them)
@@ -85,76 +83,22 @@ def start(run_id: NamePath, body: StartRequest, fed: FedDep) -> StartResponse:
     return fed.start(run_id=run_id, request=body)
 
 
-@router.post("/runs/{run_id}/rounds/{round_index}/begin", response_model=AckResponse,
-             openapi_extra=FEDERATION)
-async def begin(run_id: NamePath, round_index: RoundPath, attempt: Attempt, request: Request, fed: FedDep) -> AckResponse:
-    """Public parameters down (npz); a repeated call is answered from the cache."""
+StepName = Annotated[str, Path(pattern=r"^(recovery:)?[a-z][a-z_]{0,31}$",
+                                 description="the protocol's step: begin, projection, total, finish, recovery:STEP, …")]
+LayerQuery = Annotated[int, Query(ge=-1, le=64, description="layer of a per-layer step (-1: none)")]
+
+
+@router.post("/runs/{run_id}/rounds/{round_index}/steps/{step}", response_class=Response, openapi_extra=FEDERATION)
+async def round_step(run_id: NamePath, round_index: RoundPath, step: StepName, attempt: Attempt, request: Request,
+                     fed: FedDep, layer: LayerQuery = -1) -> Response:
+    """One step of a round, for every protocol: a message tree (npz) in, the party's answer (npz) out.
+
+    The run's protocol answers the step; under secure aggregation its summed steps come back masked.
+    A repeated step of the attempt in progress gets the cached answer.
+    """
     body = await request.body()
-    cached = await run_in_threadpool(fed.begin, run_id=run_id, round_index=round_index, attempt=attempt, body=body)
-    return AckResponse(cached=cached)
-
-
-@router.post("/runs/{run_id}/rounds/{round_index}/layers/{layer}/projection", response_class=Response)
-async def projection(run_id: NamePath, round_index: RoundPath, layer: LayerPath, attempt: Attempt, fed: FedDep) -> Response:
-    """Y_p^k = Φ X_p^k up (npy float32 (q, D))."""
-    return _octets(await run_in_threadpool(fed.projection, run_id=run_id, round_index=round_index,
-                                           attempt=attempt, layer=layer))
-
-
-@router.post("/runs/{run_id}/rounds/{round_index}/layers/{layer}/others", response_model=AckResponse,
-             openapi_extra=FEDERATION)
-async def others(run_id: NamePath, round_index: RoundPath, layer: LayerPath, attempt: Attempt, request: Request,
-                 fed: FedDep) -> AckResponse:
-    """The relayed sum of the other parties' projections down (npy)."""
-    body = await request.body()
-    cached = await run_in_threadpool(fed.others, run_id=run_id, round_index=round_index, attempt=attempt,
-                                     layer=layer, body=body)
-    return AckResponse(cached=cached)
-
-
-@router.post("/runs/{run_id}/rounds/{round_index}/finish", response_class=Response)
-async def finish(run_id: NamePath, round_index: RoundPath, attempt: Attempt, fed: FedDep) -> Response:
-    """Quantized sparse gradients + metric sums up (binary)."""
-    return _octets(await run_in_threadpool(fed.finish, run_id=run_id, round_index=round_index, attempt=attempt))
-
-
-@router.post("/runs/{run_id}/rounds/{round_index}/layers/{layer}/masked", response_class=Response,
-             openapi_extra=SMALL)
-async def masked_projection(run_id: NamePath, round_index: RoundPath, layer: LayerPath, attempt: Attempt,
-                            body: MaskedStepRequest,
-                            fed: FedDep) -> Response:
-    """Secure aggregation: Y_p^k in fixed point plus pairwise masks up (npy uint64)."""
-    return _octets(await run_in_threadpool(fed.masked_projection, run_id=run_id, round_index=round_index,
-                                           attempt=attempt, layer=layer, participants=body.participants))
-
-
-@router.post("/runs/{run_id}/rounds/{round_index}/layers/{layer}/total", response_model=AckResponse,
-             openapi_extra=FEDERATION)
-async def total(run_id: NamePath, round_index: RoundPath, layer: LayerPath, attempt: Attempt, request: Request,
-                fed: FedDep) -> AckResponse:
-    """Secure aggregation: the unmasked sum of the participants' projections and their names down (npz)."""
-    body = await request.body()
-    cached = await run_in_threadpool(fed.total, run_id=run_id, round_index=round_index, attempt=attempt,
-                                     layer=layer, body=body)
-    return AckResponse(cached=cached)
-
-
-@router.post("/runs/{run_id}/rounds/{round_index}/masked-finish", response_class=Response,
-             openapi_extra=SMALL)
-async def masked_finish(run_id: NamePath, round_index: RoundPath, attempt: Attempt, body: MaskedStepRequest,
-                        fed: FedDep) -> Response:
-    """Secure aggregation: gradients, loss and metric sums in fixed point plus pairwise masks up (npy uint64)."""
-    return _octets(await run_in_threadpool(fed.masked_finish, run_id=run_id, round_index=round_index,
-                                           attempt=attempt, participants=body.participants))
-
-
-@router.post("/runs/{run_id}/rounds/{round_index}/recovery", response_class=Response,
-             openapi_extra=SMALL)
-async def recovery(run_id: NamePath, round_index: RoundPath, attempt: Attempt, body: RecoveryRequest,
-                   fed: FedDep) -> Response:
-    """Secure aggregation: this party's step masks with parties that dropped out (npy uint64)."""
-    return _octets(await run_in_threadpool(fed.recovery, run_id=run_id, round_index=round_index, attempt=attempt,
-                                           step=body.step, layer=body.layer, dropped=body.dropped, size=body.size))
+    return _octets(await run_in_threadpool(fed.step, run_id=run_id, step=Step(step, round_index, attempt, layer),
+                                           body=body))
 
 
 @router.post("/runs/{run_id}/publish", response_model=PublishResponse, openapi_extra=SMALL)

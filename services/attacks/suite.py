@@ -18,7 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from services.attacks.coordinator import CoordinatorKnowledge, coordinator_attack, knowledge_from_seed
+from services.attacks.coordinator import (
+    CoordinatorKnowledge,
+    coordinator_attack,
+    knowledge_from_seed,
+)
 from services.attacks.deanonymization import (
     deanonymize_across_rounds,
     deanonymize_aggregates,
@@ -33,25 +37,18 @@ from services.attacks.views import (
     party_aggregate,
     victim_gradient_rows,
 )
+from services.crypto.secagg import decode_fixed
 from services.evaluation.baselines import fedpergnn_federation
 from services.evaluation.harness import Federation, RunResult, train_rounds
+from services.federation.links import MessageLog, RecordingLink
 from services.fedpergnn.config import FedPerGNNConfig
 from services.fedpergnn.rounds import ExchangeLog
-from services.crypto.secagg import SecAggParty, decode_fixed
 from services.verfedgnn.config import TrainConfig, shared_projection
 from services.verfedgnn.coordinator import CoordinatorTrainer
 from services.verfedgnn.party import PartyTrainer
-from services.verfedgnn.recording import MessageLog, record
-from services.verfedgnn.rounds import InProcessFederation
-from services.verfedgnn.secure import (
-    SecureInProcessFederation,
-    SecureLink,
-    agree_in_process,
-    dev_party_secret,
-    finish_layout,
-    seeded_trainer,
-    unpack_finish,
-)
+from services.verfedgnn.recording import VerFedGNNLog, record
+from services.verfedgnn.rounds import InProcessFederation, finish_layout, unpack_finish
+from services.verfedgnn.secure import dev_party_secret, secure_federation
 from services.verfedgnn.types import PartyData
 
 PROTOCOLS = ("fedpergnn", "projection_only", "verfedgnn")
@@ -80,7 +77,7 @@ class RecordedRun:
     protocol: str
     settings: TrainConfig | FedPerGNNConfig
     federation: Federation
-    log: MessageLog | ExchangeLog
+    log: VerFedGNNLog | ExchangeLog
     result: RunResult | None
 
 
@@ -92,10 +89,10 @@ def run_recorded(fed: Federation, *, protocol: str, settings: TrainConfig | FedP
                  train: bool = False) -> RecordedRun:
     """Run the protocol in-process with recording links: `recorded_rounds` rounds, or to early stopping if `train`."""
     def keep_round(m: object) -> bool:
-        return getattr(m, "round_index", 0) < recorded_rounds
+        return int(getattr(getattr(m, "step", m), "round_index", 0)) < recorded_rounds
 
     config = _train_config(settings)
-    log: MessageLog | ExchangeLog
+    log: VerFedGNNLog | ExchangeLog
     if isinstance(settings, FedPerGNNConfig):
         fpg = fedpergnn_federation(fed.parties, config=settings, global_mean=fed.global_mean)
         log = fpg.record(keep=keep_round)
@@ -148,7 +145,7 @@ def party_attacks(fed: Federation, *, protocol: str, base: TrainConfig, share: f
     deanon, grads = _attack_views(run, fake, honest=honest, attacker=attacker, victim=victim, round_index=round_index)
     out = {"deanonymization": with_popularity(deanon, truth, users=honest, n_items=victim_data.n_items),
            "gradient": with_popularity(grads, truth, users=honest, n_items=victim_data.n_items)}
-    if multi and isinstance(run.log, MessageLog):
+    if multi and isinstance(run.log, VerFedGNNLog):
         views = [party_aggregate(run.log, config=config, n_users=attacked.n_users, attacker=attacker, round_index=t)
                  for t in range(multi)]
         degree = guesses_per_user(truth, honest)
@@ -235,39 +232,6 @@ def coordinator_figures(run: RecordedRun, *, victim: str = "party1", round_index
             "mean_k": mean_k, "mean_k_popularity_f1": pop_mean, "by_message": per_message}
 
 
-class _MaskedView:
-    """SecureLink decorator keeping what the coordinator receives: every masked vector, by step."""
-
-    def __init__(self, inner: SecureLink, seen: dict[tuple[int, str, int], list[np.ndarray]]) -> None:
-        self.inner, self.seen = inner, seen
-
-    @property
-    def party_id(self) -> str:
-        return self.inner.party_id
-
-    def begin(self, *, round_index: int, attempt: int, public: Mapping[str, np.ndarray]) -> None:
-        self.inner.begin(round_index=round_index, attempt=attempt, public=public)
-
-    def masked_projection(self, *, round_index: int, attempt: int, layer: int, participants: list[str]) -> np.ndarray:
-        out = self.inner.masked_projection(round_index=round_index, attempt=attempt, layer=layer,
-                                           participants=participants)
-        self.seen.setdefault((round_index, "projection", layer), []).append(out.copy())
-        return out
-
-    def total(self, *, round_index: int, attempt: int, layer: int, total: np.ndarray, participants: list[str]) -> None:
-        self.inner.total(round_index=round_index, attempt=attempt, layer=layer, total=total, participants=participants)
-
-    def masked_finish(self, *, round_index: int, attempt: int, participants: list[str]) -> np.ndarray:
-        out = self.inner.masked_finish(round_index=round_index, attempt=attempt, participants=participants)
-        self.seen.setdefault((round_index, "finish", -1), []).append(out.copy())
-        return out
-
-    def recovery(self, *, round_index: int, attempt: int, step: str, layer: int, dropped: list[str],
-                 size: int) -> np.ndarray:
-        return self.inner.recovery(round_index=round_index, attempt=attempt, step=step, layer=layer,
-                                   dropped=dropped, size=size)
-
-
 def secure_coordinator_figures(fed: Federation, *, base: TrainConfig, victim: str = "party1",
                                round_index: int = 0) -> dict[str, object]:
     """The curious coordinator against a secure-aggregation run (the product's default coordinator run).
@@ -281,20 +245,20 @@ def secure_coordinator_figures(fed: Federation, *, base: TrainConfig, victim: st
     """
     settings = protocol_settings("verfedgnn", base).model_copy(update={"secure_aggregation": True})
     assert isinstance(settings, TrainConfig)
-    sec = {p.party_id: SecAggParty(party_id=p.party_id, secret=dev_party_secret(p.party_id), run_id="attacks")
-           for p in fed.parties}
-    seeds = agree_in_process(sec, run_seed=settings.seed)
     coord = CoordinatorTrainer(config=settings, n_users=fed.n_users, global_mean=fed.global_mean,
                                item_counts={p.party_id: p.n_items for p in fed.parties})
-    trainers = {p.party_id: seeded_trainer(config=settings, data=p, seeds=seeds[p.party_id]) for p in fed.parties}
-    federation = SecureInProcessFederation(coordinator=coord, parties=trainers, secagg=sec)
-    seen: dict[tuple[int, str, int], list[np.ndarray]] = {}
-    federation.links = {p: _MaskedView(link, seen) for p, link in federation.links.items()}
+    federation = secure_federation(config=settings, datas={p.party_id: p for p in fed.parties}, coordinator=coord,
+                                   secrets={p.party_id: dev_party_secret(p.party_id) for p in fed.parties},
+                                   run_id="attacks")
+    seen = MessageLog(keep=lambda r: r.direction == "up" and r.step.name in ("projection", "finish"))
+    federation.links = {p: RecordingLink(link, seen) for p, link in federation.links.items()}
     for t in range(round_index + 1):
         federation.run_round(t)
 
     def unmasked(step: str, layer: int) -> np.ndarray:
-        return decode_fixed(sum(seen[(round_index, step, layer)], np.zeros_like(seen[(round_index, step, layer)][0])))
+        vectors = [np.asarray(r.payload["masked"], np.uint64)
+                   for r in seen.select(step=step, round_index=round_index, layer=layer)]
+        return decode_fixed(sum(vectors, np.zeros_like(vectors[0])))
 
     q = shared_projection(settings, fed.n_users).q
     projection_sum = unmasked("projection", 0).reshape(q, settings.dim)
@@ -304,6 +268,6 @@ def secure_coordinator_figures(fed: Federation, *, base: TrainConfig, victim: st
     data = _party(fed, victim)
     knowledge = knowledge_from_seed(settings, n_users=fed.n_users, party_id=victim, n_items=data.n_items,
                                     train_count=len(data.train), projected=True)
-    run = RecordedRun("verfedgnn_secure", settings, fed, MessageLog(), None)
+    run = RecordedRun("verfedgnn_secure", settings, fed, VerFedGNNLog(MessageLog(), coord.item_counts), None)
     figures = coordinator_figures(run, victim=victim, round_index=round_index, observed=observed, knowledge=knowledge)
     return {**figures, "sees": "masked vectors; unmasks only sums over all parties", "knows_seed": False}

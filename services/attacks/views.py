@@ -1,6 +1,6 @@
 """What each attacker sees, read out of the messages a real run recorded.
 
-VerFedGNN family (`MessageLog` of `services.verfedgnn.recording`) and FedPerGNN (`ExchangeLog` of
+VerFedGNN family (`VerFedGNNLog` of `services.verfedgnn.recording`) and FedPerGNN (`ExchangeLog` of
 `services.fedpergnn.rounds`). Every view is decoded the way its receiver decodes it: the attacking
 party reconstructs the relayed sum with Φᵀ as its trainer does, the coordinator dequantizes a
 ternary upload and divides by grad_scale as `CoordinatorTrainer` does.
@@ -15,7 +15,7 @@ from services.crypto.quantization import TernaryUpload, ternary_dequantize
 from services.fedpergnn.messages import ExpansionDownload, LdpUpload
 from services.fedpergnn.rounds import ExchangeLog, to_gradient_upload
 from services.verfedgnn.config import TrainConfig, shared_projection
-from services.verfedgnn.recording import MessageLog
+from services.verfedgnn.recording import VerFedGNNLog
 from services.verfedgnn.types import GradientUpload
 
 
@@ -27,7 +27,7 @@ def user_gradient_rows(upload: GradientUpload, *, grad_scale: float) -> np.ndarr
     return np.asarray(upload.dense["user_emb"], dtype=np.float32)
 
 
-def party_aggregate(log: MessageLog, *, config: TrainConfig, n_users: int, attacker: str, round_index: int,
+def party_aggregate(log: VerFedGNNLog, *, config: TrainConfig, n_users: int, attacker: str, round_index: int,
                     layer: int = 0) -> np.ndarray:
     """(N, D) the attacking party's view of the other parties' layer aggregate: Φᵀ·(relayed sum), or the raw sum."""
     others = log.others(party_id=attacker, round_index=round_index, layer=layer).astype(np.float32)
@@ -36,7 +36,7 @@ def party_aggregate(log: MessageLog, *, config: TrainConfig, n_users: int, attac
     return projection_matrix(shared_projection(config, n_users)).T @ others
 
 
-def victim_gradient_rows(log: MessageLog, *, config: TrainConfig, victim: str, round_index: int) -> np.ndarray:
+def victim_gradient_rows(log: VerFedGNNLog, *, config: TrainConfig, victim: str, round_index: int) -> np.ndarray:
     """(N, D) the victim's user-embedding gradient rows as the coordinator receives them."""
     return user_gradient_rows(log.upload(party_id=victim, round_index=round_index), grad_scale=config.grad_scale)
 

@@ -1,7 +1,7 @@
 """PartyClient: the coordinator's only way to reach a party (httpx, timeouts, retries with backoff, byte counters).
 
 It owns the party federation API's paths: callers name a step (`configure`, `begin`, …), never a URL.
-`HttpPartyLink` binds a client to one run, as the round sequence's PartyLink over HTTP.
+`HttpLink` binds a client to one run: the `Link` every protocol's round runs over HTTP.
 """
 
 from __future__ import annotations
@@ -10,33 +10,27 @@ import json
 import ssl
 import threading
 import time
-from urllib.parse import quote
 from collections import defaultdict
-from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
 
 import httpx
-import numpy as np
 
 from services.config import CoordinatorSettings
 from services.coordinator.registry import PartyEndpoint
-from services.errors import PartyUnavailable, raise_for
-from services.protocol import PROTOCOL_VERSION
-from services.protocol.arrays import decode_array, encode_array
-from services.protocol.federation import FEDERATION_MEDIA_TYPE, pack_tree
-from services.protocol.tracing import REQUEST_ID_HEADER, current_request_id
-from services.verfedgnn.messages import (
+from services.errors import PartyUnavailable, ProtocolError, raise_for
+from services.federation.links import Message, Step
+from services.federation.messages import (
     ConfigureRequest,
     ConfigureResponse,
-    MaskedStepRequest,
     PeersRequest,
     PeersResponse,
-    RecoveryRequest,
     StartRequest,
     StartResponse,
-    decode_upload,
 )
-from services.verfedgnn.types import GradientUpload
+from services.protocol import PROTOCOL_VERSION
+from services.protocol.federation import FEDERATION_MEDIA_TYPE, pack_tree, unpack_tree
+from services.protocol.tracing import REQUEST_ID_HEADER, current_request_id
 
 PROTOCOL_HEADER = "X-Fedrec-Protocol"
 
@@ -207,101 +201,32 @@ class PartyClient:
         """Build (or restore) the party's trainer with the public totals."""
         return StartResponse(**self.post_json(self._run_path(run_id, "start"), request.model_dump()))
 
-    def begin(self, *, run_id: str, round_index: int, attempt: int, public: bytes) -> None:
-        """Round step: the packed public parameters down."""
-        self.post_bytes(self._step_path(run_id, round_index, attempt, "begin"), public)
-
-    def projection(self, *, run_id: str, round_index: int, attempt: int, layer: int) -> np.ndarray:
-        """Round step: the party's projected aggregate Y_p^k up."""
-        path = self._step_path(run_id, round_index, attempt, "layers", layer, "projection")
-        return decode_array(self.post_bytes(path), dtype=np.float32)
-
-    def others(self, *, run_id: str, round_index: int, attempt: int, layer: int, others: np.ndarray) -> None:
-        """Round step: the relayed sum of the other parties' projections down."""
-        self.post_bytes(self._step_path(run_id, round_index, attempt, "layers", layer, "others"), encode_array(others))
-
-    def finish(self, *, run_id: str, round_index: int, attempt: int) -> GradientUpload:
-        """Round step: the party's protected gradients and metric sums up (checked to be its own, this round)."""
-        data = self.post_bytes(self._step_path(run_id, round_index, attempt, "finish"))
-        return decode_upload(data, party_id=self.party_id, round_index=round_index)
-
-    def masked_projection(self, *, run_id: str, round_index: int, attempt: int, layer: int,
-                          participants: list[str]) -> np.ndarray:
-        """Masked round step: the party's masked Y_p^k up."""
-        path = self._step_path(run_id, round_index, attempt, "layers", layer, "masked")
-        body = json.dumps(MaskedStepRequest(participants=participants).model_dump()).encode()
-        return decode_array(self._send(path, body, "application/json").content, dtype=np.uint64)
-
-    def total(self, *, run_id: str, round_index: int, attempt: int, layer: int, total: np.ndarray,
-              participants: list[str]) -> None:
-        """Masked round step: the unmasked sum of the projections and who contributed to it down."""
-        body = pack_tree({"total": np.asarray(total, np.float64), "participants": np.array(participants, dtype=str)})
-        self.post_bytes(self._step_path(run_id, round_index, attempt, "layers", layer, "total"), body)
-
-    def masked_finish(self, *, run_id: str, round_index: int, attempt: int, participants: list[str]) -> np.ndarray:
-        """Masked round step: gradients, loss and metric sums, masked, up."""
-        path = self._step_path(run_id, round_index, attempt, "masked-finish")
-        body = json.dumps(MaskedStepRequest(participants=participants).model_dump()).encode()
-        return decode_array(self._send(path, body, "application/json").content, dtype=np.uint64)
-
-    def recovery(self, *, run_id: str, round_index: int, attempt: int, request: RecoveryRequest) -> np.ndarray:
-        """A survivor's step masks with parties that dropped out."""
-        path = self._step_path(run_id, round_index, attempt, "recovery")
-        return decode_array(self._send(path, json.dumps(request.model_dump()).encode(), "application/json").content,
-                            dtype=np.uint64)
+    def step(self, *, run_id: str, step: Step, message: Message) -> Message:
+        """One round step of any protocol: the message tree out, the party's answer tree back."""
+        path = self._step_path(run_id, step.round_index, step.attempt, "steps", step.name)
+        if step.layer >= 0:
+            path += f"&layer={int(step.layer)}"
+        try:
+            return dict(unpack_tree(self.post_bytes(path, pack_tree(message) if message else b"")))
+        except ProtocolError as exc:
+            raise ProtocolError(f"{self.party_id}: malformed {step.name} answer: {exc.detail}") from exc
 
     def publish(self, *, run_id: str, round_index: int) -> int:
         """Store the run's serving model at the party; returns its version."""
         return int(self.post_json(self._run_path(run_id, "publish"), {"round_index": round_index})["version"])
 
 
-class HttpPartyLink:
-    """The round sequence's PartyLink over HTTP: one party's federation API, for one run."""
+class HttpLink:
+    """A `Link` over HTTP: one party's federation API, for one run (every protocol's steps)."""
 
     def __init__(self, client: PartyClient, *, run_id: str) -> None:
-        self.client = client
-        self.run_id = run_id
+        self.client, self.run_id = client, run_id
 
     @property
     def party_id(self) -> str:
         """Id of the party behind the link."""
         return self.client.party_id
 
-    def begin(self, *, round_index: int, attempt: int, public: Mapping[str, np.ndarray]) -> None:
-        """Public parameters down (npz)."""
-        self.client.begin(run_id=self.run_id, round_index=round_index, attempt=attempt, public=pack_tree(dict(public)))
-
-    def projection(self, *, round_index: int, attempt: int, layer: int) -> np.ndarray:
-        """Y_p^k up."""
-        return self.client.projection(run_id=self.run_id, round_index=round_index, attempt=attempt, layer=layer)
-
-    def others(self, *, round_index: int, attempt: int, layer: int, others: np.ndarray) -> None:
-        """The relayed sum of the other parties' projections down."""
-        self.client.others(run_id=self.run_id, round_index=round_index, attempt=attempt, layer=layer, others=others)
-
-    def finish(self, *, round_index: int, attempt: int) -> GradientUpload:
-        """Protected gradients and metric sums up."""
-        return self.client.finish(run_id=self.run_id, round_index=round_index, attempt=attempt)
-
-    def masked_projection(self, *, round_index: int, attempt: int, layer: int, participants: list[str]
-                          ) -> np.ndarray:
-        """Masked Y_p^k up."""
-        return self.client.masked_projection(run_id=self.run_id, round_index=round_index, attempt=attempt,
-                                             layer=layer, participants=participants)
-
-    def total(self, *, round_index: int, attempt: int, layer: int, total: np.ndarray,
-              participants: list[str]) -> None:
-        """The unmasked sum of the projections down."""
-        self.client.total(run_id=self.run_id, round_index=round_index, attempt=attempt, layer=layer, total=total,
-                          participants=participants)
-
-    def masked_finish(self, *, round_index: int, attempt: int, participants: list[str]) -> np.ndarray:
-        """Masked gradients, loss and metric sums up."""
-        return self.client.masked_finish(run_id=self.run_id, round_index=round_index, attempt=attempt,
-                                         participants=participants)
-
-    def recovery(self, *, round_index: int, attempt: int, step: str, layer: int, dropped: list[str],
-                 size: int) -> np.ndarray:
-        """A survivor's step masks with dropped parties."""
-        request = RecoveryRequest(step=step, layer=layer, dropped=dropped, size=size)  # type: ignore[arg-type]
-        return self.client.recovery(run_id=self.run_id, round_index=round_index, attempt=attempt, request=request)
+    def call(self, step: Step, message: Message) -> Message:
+        """Post the step's message, return the party's answer."""
+        return self.client.step(run_id=self.run_id, step=step, message=message)

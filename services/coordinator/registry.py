@@ -8,8 +8,8 @@ from urllib.parse import urlsplit
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from services.db.coordinator_tables import PartyRow
 from services.coordinator.sealing import Sealer
+from services.db.coordinator_tables import PartyRow
 from services.errors import Conflict, NotFound, ValidationFailed
 
 

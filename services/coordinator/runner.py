@@ -6,8 +6,8 @@ import logging
 import math
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -15,39 +15,50 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.config import CoordinatorSettings
-from services.coordinator import registry, runs
-from services.coordinator.client import HttpPartyLink, PartyClient, TrafficCounter
+from services.coordinator import registry as parties_registry
+from services.coordinator import runs
+from services.coordinator.client import HttpLink, PartyClient, TrafficCounter
 from services.coordinator.psi import align_users
 from services.crypto.interaction_dp import require_budget
 from services.errors import DomainError, PartyUnavailable, ValidationFailed
-from services.protocol.tracing import bound_request_id
-from services.verfedgnn.config import TrainConfig, run_config
-from services.verfedgnn.coordinator import CoordinatorTrainer
-from services.verfedgnn.messages import ConfigureRequest, PeersRequest, PeersResponse, StartRequest, StartResponse
+from services.federation import registry
+from services.federation.aggregation import aggregation
 from services.federation.fanout import fan_out
-from services.verfedgnn.rounds import run_round
-from services.verfedgnn.secure import run_secure_round
-from services.verfedgnn.state_codec import dump_state, load_state
-from services.verfedgnn.types import SPLITS, RoundMetrics
+from services.federation.messages import (
+    ConfigureRequest,
+    PeersRequest,
+    PeersResponse,
+    StartRequest,
+    StartResponse,
+)
+from services.federation.plan import Engine
+from services.protocol.tracing import bound_request_id
+
+SPLITS = ("train", "valid", "test")
 
 log = logging.getLogger("fedrec.coordinator")
+
+
+def run_seed(config: Any) -> int:
+    """The run seed inside a protocol's config (top level, or its training part)."""
+    return int(config.seed if hasattr(config, "seed") else config.train.seed)
 
 
 class Cancelled(Exception):
     """The run was cancelled or the coordinator is shutting down."""
 
 
-def train_config(config: dict[str, Any], *, seed: int, rounds: int) -> TrainConfig:
-    """The engine config of a run (the run's seed and rounds win); 422 naming the field if invalid."""
+def train_config(config: dict[str, Any], *, seed: int, rounds: int) -> Any:
+    """The protocol's config of a run (the run's seed and rounds win); 422 naming the field if invalid."""
     try:
-        return run_config(config, seed=seed, rounds=rounds)
+        return registry.plan(registry.protocol_of(config)).config(config, seed=seed, rounds=rounds)
     except ValidationError as exc:
         err = exc.errors()[0]
         raise ValidationFailed(f"invalid config: {err['msg']}",
                                extra={"field": "config." + ".".join(str(x) for x in err["loc"])}) from exc
 
 
-def epsilon_spent(config: TrainConfig, state: str) -> float | None:
+def epsilon_spent(config: Any, state: str) -> float | None:
     """ε the run has spent: 0 before any party answered, the whole run's ε once parties released anything.
 
     The randomized response is applied once, before the first count leaves a party, so a started
@@ -59,7 +70,7 @@ def epsilon_spent(config: TrainConfig, state: str) -> float | None:
     return 0.0 if state in (runs.PENDING, runs.ALIGNING) else g.epsilon
 
 
-def metrics_row(m: RoundMetrics) -> dict[str, float]:
+def metrics_row(m: Any) -> dict[str, float]:
     """Flat, JSON-safe metrics of one round (NaN dropped)."""
     row: dict[str, float] = {"loss": m.loss, "upload_bytes": float(m.upload_bytes),
                              "upload_nonzeros": float(m.upload_nonzeros), "participants": float(len(m.participants))}
@@ -76,7 +87,7 @@ class RunManager:
 
     def __init__(self, *, sessions: sessionmaker[Session], settings: CoordinatorSettings,
                  http: httpx.Client | None = None,
-                 on_round: Callable[[str, runs.RoundRecord, TrainConfig], None] | None = None) -> None:
+                 on_round: Callable[[str, runs.RoundRecord, Any], None] | None = None) -> None:
         self.sessions = sessions
         self.settings = settings
         self.http = http or httpx.Client(limits=httpx.Limits(max_connections=64))
@@ -89,7 +100,7 @@ class RunManager:
     def validate_config(self, config: dict[str, Any]) -> None:
         """Refuse an engine config the parties would refuse, and a run whose whole-run ε exceeds its budget (409)."""
         checked = train_config(config, seed=0, rounds=1)
-        if checked.dp_budget_epsilon is not None:
+        if getattr(checked, "dp_budget_epsilon", None) is not None:
             require_budget(checked.guarantee(), budget_epsilon=checked.dp_budget_epsilon,
                            budget_delta=checked.dp_budget_delta)
 
@@ -116,7 +127,7 @@ class RunManager:
     def _clients(self, party_ids: list[str], counter: TrafficCounter) -> dict[str, PartyClient]:
         """Fresh endpoints from the registry (so URL/credential changes apply from the next call)."""
         with self.sessions() as session:
-            eps = registry.endpoints(session=session, party_ids=party_ids)
+            eps = parties_registry.endpoints(session=session, party_ids=party_ids)
         s = self.settings
         return {p: PartyClient(e, http=self.http, counter=counter, timeout_s=s.request_timeout_s,
                                max_retries=s.max_retries, backoff_s=s.retry_backoff_s)
@@ -157,12 +168,13 @@ class RunManager:
     def _run(self, run_id: str) -> None:
         with self.sessions() as session:
             run = runs.get(session=session, run_id=run_id)
+        protocol = registry.protocol_of(run.config)
         config = train_config(run.config, seed=run.seed, rounds=run.rounds_total)
         counter = TrafficCounter()
         n_users = run.n_users if run.n_users is not None else self._align(run_id, run.party_ids, counter)
-        coord = self._prepare(run_id, run.party_ids, config, n_users, counter)
+        engine = self._prepare(run_id, run.party_ids, protocol, config, n_users, counter)
         self._flush(run_id, counter)
-        self._rounds(run_id, coord)
+        self._rounds(run_id, protocol, engine)
         self._publish(run_id, run.party_ids, counter)
 
     def _flush(self, run_id: str, counter: TrafficCounter) -> None:
@@ -189,10 +201,11 @@ class RunManager:
                 return n_users
             self._wait(run_id, runs.PAUSED, f"alignment waits for disabled/unregistered parties {missing}")
 
-    def _prepare(self, run_id: str, party_ids: list[str], config: TrainConfig, n_users: int,
-                 counter: TrafficCounter) -> CoordinatorTrainer:
-        """Configure + start every party, build the public model, restore the newest checkpoint."""
-        request = ConfigureRequest(run_id=run_id, config=config.model_dump(exclude={"seed", "rounds"}), seed=config.seed)
+    def _prepare(self, run_id: str, party_ids: list[str], protocol: str, config: Any, n_users: int,
+                 counter: TrafficCounter) -> Engine:
+        """Configure + start every party, build the protocol's engine, restore the newest checkpoint."""
+        settings = {"protocol": protocol, **config.model_dump(exclude={"seed", "rounds"})}
+        request = ConfigureRequest(run_id=run_id, config=settings, seed=run_seed(config))
         while True:
             self._check(run_id)
             clients = self._clients(party_ids, counter)
@@ -221,12 +234,12 @@ class RunManager:
                 self._wait(run_id, runs.PAUSED, f"start waits for parties: {failures}")
                 continue
             break
-        coord = CoordinatorTrainer(config=config, n_users=n_users, item_counts=counts, global_mean=mean)
+        engine = registry.plan(protocol).engine(config=config, n_users=n_users, item_counts=counts, global_mean=mean)
         with self.sessions() as session:
             ckpt = runs.latest_checkpoint(session=session, run_id=run_id)
         if ckpt is not None:
-            coord.load_state_dict(load_state(ckpt[1]))
-        return coord
+            engine.restore(ckpt[1])
+        return engine
 
     @staticmethod
     def _sealed_for(party_id: str, sealed: dict[str, PeersResponse]) -> dict[str, str]:
@@ -234,18 +247,20 @@ class RunManager:
         return {sender: answer.sealed[party_id] for sender, answer in sorted(sealed.items())
                 if sender != party_id and party_id in answer.sealed}
 
-    def _rounds(self, run_id: str, coord: CoordinatorTrainer) -> None:
+    def _rounds(self, run_id: str, protocol: str, engine: Engine) -> None:
         """Rounds from the last completed one; below min_parties the run pauses and retries the round."""
         attempt = 0
+        strategy = aggregation(secure=registry.plan(protocol).secure_by_default(engine.config))
+        patience = int(getattr(engine.config, "patience", 1 << 30))
         while True:
             with self.sessions() as session:
                 run = runs.get(session=session, run_id=run_id)
                 # Early stopping needs the history (O(rounds) rows each round); it cannot trigger
                 # when patience reaches the run's length, so skip the read then.
-                stoppable = coord.config.patience < run.rounds_total
+                stoppable = patience < run.rounds_total
                 history = runs.rounds_of(session=session, run_id=run_id) if stoppable else []
             t = run.rounds_done
-            if t >= run.rounds_total or (stoppable and self._stalled(history, coord.config.patience)):
+            if t >= run.rounds_total or (stoppable and self._stalled(history, patience)):
                 return
             self._check(run_id)
             counter = TrafficCounter()
@@ -255,13 +270,12 @@ class RunManager:
                 self._wait(run_id, runs.PAUSED, f"round {t}: only {sorted(clients)} enabled, "
                            f"min_parties={run.min_parties}")
                 continue
-            links = {p: HttpPartyLink(c, run_id=run_id) for p, c in clients.items()}
+            links = {p: HttpLink(c, run_id=run_id) for p, c in clients.items()}
             # One request id per round attempt: every party logs it, so a round can be followed across services.
             with bound_request_id(f"{run_id}.r{t}.a{attempt}") as request_id:
                 log.info("round started", extra={"run_id": run_id, "round": t, "attempt": attempt})
-                play = run_secure_round if coord.config.secure_aggregation else run_round
-                outcome = play(coord=coord, links=links, pool=self._pool, round_index=t, attempt=attempt,
-                               min_parties=run.min_parties)
+                outcome = engine.play(links=links, pool=self._pool, round_index=t, attempt=attempt,
+                                      min_parties=run.min_parties, aggregation=strategy)
             sent, received = counter.snapshot()
             if outcome.metrics is None:
                 attempt += 1
@@ -275,14 +289,14 @@ class RunManager:
                                       time.monotonic() - started)
             with self.sessions() as session:
                 runs.record_round(session=session, run_id=run_id, record=record,
-                                  checkpoint=dump_state(coord.state_dict()))
+                                  checkpoint=engine.checkpoint())
                 runs.set_state(session=session, run_id=run_id, state=runs.RUNNING,
                                detail=f"round {t + 1}/{run.rounds_total} done; test RMSE "
                                       f"{row.get('test_rmse', math.nan):.4f}")
             log.info("round completed", extra={"run_id": run_id, "round": t, "request_id": request_id,
                                                "seconds": round(record.seconds, 3), "participants": outcome.participants})
             if self.on_round is not None:
-                self.on_round(run_id, record, coord.config)
+                self.on_round(run_id, record, engine.config)
             attempt = 0
 
     @staticmethod

@@ -19,7 +19,7 @@ class Ratings:
     def __len__(self) -> int:
         return int(self.ratings.shape[0])
 
-    def subset(self, mask: np.ndarray) -> "Ratings":
+    def subset(self, mask: np.ndarray) -> Ratings:
         """Rows selected by a boolean mask or index array."""
         return Ratings(self.user_ids[mask], self.item_ids[mask], self.ratings[mask], self.timestamps[mask])
 

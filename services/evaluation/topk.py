@@ -19,7 +19,6 @@ from services.verfedgnn.party import PartyTrainer
 from services.verfedgnn.reference import build_federation
 from services.verfedgnn.rounds import InProcessFederation
 from services.verfedgnn.scoring import rank_scores
-from services.verfedgnn.secure import SecureInProcessFederation
 from services.verfedgnn.types import (
     SPLITS,
     MetricSums,
@@ -127,7 +126,7 @@ class RankedRun:
 
     result: RunResult
     models: dict[str, dict[str, np.ndarray]]
-    federation: InProcessFederation | SecureInProcessFederation
+    federation: InProcessFederation
 
     def scores(self) -> dict[str, np.ndarray]:
         """Each party's (N, M_p) ranking scores."""
@@ -162,7 +161,7 @@ def train_ranked(parties: Mapping[str, PartyData], *, config: TrainConfig, proto
     plain construction and `global_mean` (default: its own training mean). `on_model(t, scores)`
     gets every round's per-party ranking scores (for figures over rounds).
     """
-    fed: InProcessFederation | SecureInProcessFederation
+    fed: InProcessFederation
     if len(parties) > 1:
         if global_mean is not None:
             raise ValueError("a federation's global mean is the coordinator's (from the parties' sums)")

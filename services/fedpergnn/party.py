@@ -21,7 +21,13 @@ from models.vertical import PartyForward
 from services.errors import ProtocolError
 from services.fedpergnn.config import FedPerGNNConfig
 from services.fedpergnn.ldp import ldp_perturb, pseudo_rows
-from services.fedpergnn.messages import PER_USER, ExpansionDownload, ExpansionUpload, LdpUpload, item_tokens
+from services.fedpergnn.messages import (
+    PER_USER,
+    ExpansionDownload,
+    ExpansionUpload,
+    LdpUpload,
+    item_tokens,
+)
 from services.verfedgnn.party import PartyTrainer
 from services.verfedgnn.types import MetricSums, PartyData, party_number
 

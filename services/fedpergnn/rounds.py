@@ -1,147 +1,49 @@
-"""FedPerGNN rounds in one process: coordinator (public parameters), relay (graph expansion), parties.
+"""FedPerGNN over the federation runtime: coordinator (public parameters), relay (graph expansion), parties.
 
 A round: [expansion: every party → relay → every party] → begin (public parameters down) →
-finish (LDP uploads up) → the coordinator aggregates with VerFedGNN's `CoordinatorTrainer`
-(same public parameters, optimizer and weight decay, so the two protocols differ only in what
-crosses the wire). Links carry the messages; `RecordingLink` keeps a copy of each for audits.
+finish (LDP uploads up, a summed step of the run's aggregation strategy) → the coordinator steps
+VerFedGNN's `CoordinatorTrainer` (same public parameters, optimizer and weight decay, so the two
+protocols differ only in what crosses the wire). The same `play_round` runs over in-process links
+and over HTTP; `services.federation.links.RecordingLink` keeps a copy of each message for audits.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Protocol
+from concurrent.futures import Executor
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
 from services.errors import ProtocolError
+from services.federation.aggregation import (
+    Aggregation,
+    Contribution,
+    PartyAggregation,
+    PlainSum,
+    PlainUpload,
+)
+from services.federation.fanout import fan_out
+from services.federation.links import (
+    InProcessLink,
+    Link,
+    Message,
+    MessageLog,
+    Record,
+    RecordingLink,
+    Step,
+)
+from services.federation.plan import RoundOutcome
 from services.fedpergnn.config import FedPerGNNConfig
 from services.fedpergnn.messages import ExpansionDownload, ExpansionUpload, LdpUpload
 from services.fedpergnn.party import FedPerGNNParty
 from services.fedpergnn.relay import Relay
 from services.verfedgnn.coordinator import CoordinatorTrainer
-from services.verfedgnn.types import GradientUpload, PartyData, RoundMetrics
+from services.verfedgnn.rounds import finish_layout, finish_vector, unpack_finish
+from services.verfedgnn.types import GradientUpload, MetricSums, PartyData, RoundMetrics
 
 _RELAY_TAG = 7_2023
-
-
-class FedPerGNNLink(Protocol):
-    """One party as the FedPerGNN round sees it."""
-
-    @property
-    def party_id(self) -> str:
-        """Id of the party behind the link."""
-        ...
-
-    def expansion_upload(self, *, round_index: int) -> ExpansionUpload:
-        """The party's items and edges for the relay."""
-        ...
-
-    def expansion_download(self, *, download: ExpansionDownload) -> None:
-        """The other parties' rows from the relay."""
-        ...
-
-    def begin(self, *, round_index: int, public: Mapping[str, np.ndarray]) -> None:
-        """Load the round's public parameters."""
-        ...
-
-    def finish(self, *, round_index: int) -> LdpUpload:
-        """Private step; protected public gradients and metric sums."""
-        ...
-
-
-class InProcessLink:
-    """FedPerGNNLink over a FedPerGNNParty in this process."""
-
-    def __init__(self, party: FedPerGNNParty) -> None:
-        self.party = party
-
-    @property
-    def party_id(self) -> str:
-        """Id of the party behind the link."""
-        return self.party.party_id
-
-    def expansion_upload(self, *, round_index: int) -> ExpansionUpload:
-        """The party's items and edges for the relay."""
-        return self.party.expansion_upload(round_index=round_index)
-
-    def expansion_download(self, *, download: ExpansionDownload) -> None:
-        """The other parties' rows from the relay."""
-        self.party.receive_expansion(download)
-
-    def begin(self, *, round_index: int, public: Mapping[str, np.ndarray]) -> None:
-        """Load the round's public parameters."""
-        self.party.begin(round_index=round_index, public=dict(public))
-
-    def finish(self, *, round_index: int) -> LdpUpload:
-        """Private step; protected public gradients and metric sums."""
-        return self.party.finish()
-
-
-@dataclass(frozen=True)
-class Exchange:
-    """One recorded FedPerGNN message (`up`: party → relay or coordinator)."""
-
-    party_id: str
-    round_index: int
-    step: str  # "expansion_upload" | "expansion_download" | "begin" | "finish"
-    direction: str
-    payload: object
-
-
-@dataclass
-class ExchangeLog:
-    """Recorded messages in order; `keep` decides which are stored."""
-
-    keep: Callable[[Exchange], bool] = field(default=lambda e: True)
-    messages: list[Exchange] = field(default_factory=list)
-
-    def find(self, *, party_id: str, step: str, round_index: int) -> object:
-        """Payload of a party's message at a step of a round (KeyError if none)."""
-        for m in reversed(self.messages):
-            if m.party_id == party_id and m.step == step and m.round_index == round_index:
-                return m.payload
-        raise KeyError(f"no {step} message of {party_id} in round {round_index}")
-
-
-class RecordingLink:
-    """FedPerGNNLink decorator that logs a copy of every message, then forwards it unchanged."""
-
-    def __init__(self, inner: FedPerGNNLink, log: ExchangeLog) -> None:
-        self.inner, self.log = inner, log
-
-    @property
-    def party_id(self) -> str:
-        """Id of the party behind the link."""
-        return self.inner.party_id
-
-    def _add(self, round_index: int, step: str, direction: str, payload: object) -> None:
-        message = Exchange(self.party_id, round_index, step, direction, payload)
-        if self.log.keep(message):
-            self.log.messages.append(Exchange(self.party_id, round_index, step, direction, copy.deepcopy(payload)))
-
-    def expansion_upload(self, *, round_index: int) -> ExpansionUpload:
-        """Forward, then log the upload to the relay."""
-        out = self.inner.expansion_upload(round_index=round_index)
-        self._add(round_index, "expansion_upload", "up", out)
-        return out
-
-    def expansion_download(self, *, download: ExpansionDownload) -> None:
-        """Log the relay's download, then forward."""
-        self._add(download.round_index, "expansion_download", "down", download)
-        self.inner.expansion_download(download=download)
-
-    def begin(self, *, round_index: int, public: Mapping[str, np.ndarray]) -> None:
-        """Log the public parameters, then forward."""
-        self._add(round_index, "begin", "down", dict(public))
-        self.inner.begin(round_index=round_index, public=public)
-
-    def finish(self, *, round_index: int) -> LdpUpload:
-        """Forward, then log the gradient upload."""
-        out = self.inner.finish(round_index=round_index)
-        self._add(round_index, "finish", "up", out)
-        return out
 
 
 def to_gradient_upload(upload: LdpUpload, *, n_users: int, grad_scale: float) -> GradientUpload:
@@ -155,8 +57,147 @@ def to_gradient_upload(upload: LdpUpload, *, n_users: int, grad_scale: float) ->
     return GradientUpload(upload.party_id, upload.round_index, upload.loss, dense=dense, metrics=upload.metrics)
 
 
+def ldp_tree(upload: LdpUpload) -> Message:
+    """An LDP upload as a message tree."""
+    return {"party_id": upload.party_id, "round_index": upload.round_index, "loss": float(upload.loss),
+            "rows": upload.rows, "per_user": dict(upload.per_user), "shared": dict(upload.shared),
+            "metrics": {k: np.asarray([m.sse, m.sae, m.count], np.float64) for k, m in upload.metrics.items()}}
+
+
+def ldp_from_tree(tree: Message) -> LdpUpload:
+    """The LDP upload in a message tree (ProtocolError if malformed)."""
+    try:
+        metrics = {str(k): MetricSums(float(v[0]), float(v[1]), int(v[2])) for k, v in tree["metrics"].items()}
+        return LdpUpload(str(tree["party_id"]), int(tree["round_index"]), float(tree["loss"]),
+                         np.asarray(tree["rows"], np.int64), {k: np.asarray(v) for k, v in tree["per_user"].items()},
+                         {k: np.asarray(v) for k, v in tree["shared"].items()}, metrics)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise ProtocolError(f"malformed LDP upload: {exc!r}") from exc
+
+
+def _tree(obj: ExpansionUpload | ExpansionDownload) -> Message:
+    return asdict(obj)
+
+
+def _from_tree(kind: type[ExpansionUpload | ExpansionDownload], tree: Message) -> ExpansionUpload | ExpansionDownload:
+    try:
+        fields: dict[str, Any] = {k: (str(v) if k == "party_id" else int(v) if k == "round_index"
+                                      else np.asarray(v)) for k, v in tree.items()}
+        return kind(**fields)
+    except (TypeError, ValueError) as exc:
+        raise ProtocolError(f"malformed {kind.__name__}: {exc}") from exc
+
+
+class FedPerGNNHandler:
+    """A party's side of the FedPerGNN round (a `Handler`)."""
+
+    def __init__(self, party: FedPerGNNParty, aggregation: PartyAggregation | None = None) -> None:
+        self.party = party
+        self.aggregation = aggregation or PlainUpload()
+
+    def handle(self, step: Step, message: Message) -> Message:
+        """Answer one step."""
+        if step.name == "expansion_upload":
+            return _tree(self.party.expansion_upload(round_index=step.round_index))
+        if step.name == "expansion_download":
+            down = _from_tree(ExpansionDownload, message)
+            assert isinstance(down, ExpansionDownload)
+            self.party.receive_expansion(down)
+            return {}
+        if step.name == "begin":
+            public = message.get("public")
+            if not isinstance(public, dict):
+                raise ProtocolError("begin carries the public parameters", extra={"field": "public"})
+            self.party.begin(round_index=step.round_index, public=public)
+            return {}
+        if step.name == "finish":
+            upload = self.party.finish()
+            n_users, gs = self.party.data.n_users, self.party.fed_config.train.grad_scale
+            layout = finish_layout(self.party.public.arrays())
+            return self.aggregation.wrap(step, [str(p) for p in message.get("participants", [])], Contribution(
+                vector=lambda: finish_vector(to_gradient_upload(upload, n_users=n_users, grad_scale=gs),
+                                             grad_scale=gs, layout=layout),
+                message=lambda: ldp_tree(upload)))
+        if step.name.startswith("recovery:"):
+            return self.aggregation.recover(step, message)
+        raise ProtocolError(f"unknown step {step.name!r}", extra={"field": "step"})
+
+
+def play_round(*, coord: CoordinatorTrainer, relay: Relay, config: FedPerGNNConfig, links: Mapping[str, Link],
+               round_index: int, attempt: int = 0, min_parties: int | None = None, pool: Executor | None = None,
+               aggregation: Aggregation | None = None) -> RoundOutcome:
+    """[expansion] → begin → finish (summed) → one optimizer step; a failing party is left out."""
+    agg = aggregation or PlainSum()
+    alive = dict(sorted(links.items()))
+    need = max(agg.min_participants, len(alive) if min_parties is None else min_parties)
+    failures: dict[str, str] = {}
+
+    def keep(answered: Mapping[str, object], failed: Mapping[str, str], label: str) -> bool:
+        failures.update({p: f"{label}: {why}" for p, why in failed.items()})
+        for p in list(alive):
+            if p not in answered:
+                alive.pop(p)
+        return len(alive) >= need
+
+    if round_index % config.expand_every == 0:
+        up_step = Step("expansion_upload", round_index, attempt)
+        ups, failed = fan_out(pool, alive, lambda link: link.call(up_step, {}))
+        if not keep(ups, failed, "expansion_upload"):
+            return RoundOutcome(None, sorted(alive), failures)
+        parsed = {p: _from_tree(ExpansionUpload, m) for p, m in ups.items()}
+        downs = relay.expand(parsed)  # type: ignore[arg-type]
+        down_step = Step("expansion_download", round_index, attempt)
+        res, failed = fan_out(pool, alive, lambda link: link.call(down_step, _tree(downs[link.party_id])))
+        if not keep(res, failed, "expansion_download"):
+            return RoundOutcome(None, sorted(alive), failures)
+    public = coord.public_params()
+    begin = Step("begin", round_index, attempt)
+    res, failed = fan_out(pool, alive, lambda link: link.call(begin, {"public": public}))
+    if not keep(res, failed, "begin"):
+        return RoundOutcome(None, sorted(alive), failures)
+    layout = finish_layout(public)
+    n_users, gs = coord.n_users, config.train.grad_scale
+
+    def decode(m: Message) -> np.ndarray:
+        return finish_vector(to_gradient_upload(ldp_from_tree(m), n_users=n_users, grad_scale=gs), grad_scale=gs,
+                             layout=layout)
+
+    got = agg.collect(links=dict(alive), step=Step("finish", round_index, attempt), pool=pool, decode=decode)
+    failures.update(got.failures)
+    if got.total is None or len(got.contributors) < need:
+        return RoundOutcome(None, got.contributors, failures)
+    grads, loss, metrics = unpack_finish(got.total, layout)
+    out = coord.step_with_sums(round_index=round_index, participants=got.contributors, grads=grads, loss=loss,
+                               metrics=metrics, upload_bytes=got.upload_bytes)
+    return RoundOutcome(out, got.contributors, failures)
+
+
+@dataclass
+class ExchangeLog:
+    """FedPerGNN's recorded messages (a runtime `MessageLog`) read back as the protocol's domain objects."""
+
+    log: MessageLog
+
+    def find(self, *, party_id: str, step: str, round_index: int) -> object:
+        """Expansion upload/download, public parameters or LDP upload of a party at a round (KeyError if none)."""
+        direction = "down" if step in ("expansion_download", "begin") else "up"
+        tree = self.log.find(party_id=party_id, step=step, direction=direction, round_index=round_index)
+        if step == "expansion_upload":
+            return _from_tree(ExpansionUpload, tree)
+        if step == "expansion_download":
+            return _from_tree(ExpansionDownload, tree)
+        if step == "finish":
+            return ldp_from_tree(tree)
+        return tree
+
+
+def relay_for(seed: int) -> Relay:
+    """The relay of a run (its shuffles seeded from the run seed)."""
+    return Relay(rng=np.random.default_rng([seed, _RELAY_TAG]))
+
+
 class FedPerGNNFederation:
-    """Coordinator, relay and parties in one process."""
+    """Coordinator, relay and parties in one process, played by `play_round` over in-process links."""
 
     def __init__(self, *, config: FedPerGNNConfig, parties: Mapping[str, PartyData], global_mean: float,
                  keys: Mapping[str, bytes] | None = None) -> None:
@@ -164,30 +205,22 @@ class FedPerGNNFederation:
         self.config = config
         self.coordinator = CoordinatorTrainer(config=config.train, n_users=first.n_users, global_mean=global_mean,
                                               item_counts={p: d.n_items for p, d in parties.items()})
-        self.relay = Relay(rng=np.random.default_rng([config.train.seed, _RELAY_TAG]))
+        self.relay = relay_for(config.train.seed)
         self.parties = {p: FedPerGNNParty(config=config, data=d, seed=config.train.seed,
                                           key=None if keys is None else keys[p]) for p, d in sorted(parties.items())}
-        self.links: dict[str, FedPerGNNLink] = {p: InProcessLink(t) for p, t in self.parties.items()}
+        self.links: dict[str, Link] = {p: InProcessLink(p, FedPerGNNHandler(t)) for p, t in self.parties.items()}
 
-    def record(self, *, keep: Callable[[Exchange], bool] | None = None) -> ExchangeLog:
+    def record(self, *, keep: Callable[[Record], bool] | None = None) -> ExchangeLog:
         """Wrap every link in a RecordingLink; returns the shared log."""
-        log = ExchangeLog(keep=keep) if keep is not None else ExchangeLog()
+        log = MessageLog(keep=keep) if keep is not None else MessageLog()
         self.links = {p: RecordingLink(link, log) for p, link in self.links.items()}
-        return log
+        return ExchangeLog(log)
 
     def run_round(self, round_index: int) -> RoundMetrics:
-        """[expansion] → begin → finish → aggregate; a party's error fails the round (ProtocolError)."""
-        try:
-            if round_index % self.config.expand_every == 0:
-                ups = {p: link.expansion_upload(round_index=round_index) for p, link in self.links.items()}
-                for p, down in self.relay.expand(ups).items():
-                    self.links[p].expansion_download(download=down)
-            public = self.coordinator.public_params()
-            for link in self.links.values():
-                link.begin(round_index=round_index, public=public)
-            uploads = {p: link.finish(round_index=round_index) for p, link in self.links.items()}
-        except (ValueError, ProtocolError) as exc:
-            raise ProtocolError(f"round {round_index} failed: {exc}") from exc
-        n_users, gs = self.coordinator.n_users, self.config.train.grad_scale
-        return self.coordinator.aggregate_and_step(
-            uploads={p: to_gradient_upload(u, n_users=n_users, grad_scale=gs) for p, u in uploads.items()})
+        """One round with every party; a party's error fails the round (ProtocolError)."""
+        out = play_round(coord=self.coordinator, relay=self.relay, config=self.config, links=self.links,
+                         round_index=round_index)
+        if out.metrics is None:
+            raise ProtocolError(f"round {round_index} failed: {out.failures}")
+        return out.metrics
+

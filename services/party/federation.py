@@ -16,12 +16,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from services.crypto.psi import PsiParty
 from services.crypto.secagg import SecAggParty
 from services.errors import CryptoError, NotFound, ProtocolError, ValidationFailed
-from services.party import fed_store as store
-from services.party.serving import ServingModel, publish
-from services.protocol.arrays import decode_array, encode_array
-from services.protocol.federation import decode_points, encode_points, pack_tree, unpack_tree
-from services.verfedgnn.config import TrainConfig
-from services.verfedgnn.messages import (
+from services.federation import registry
+from services.federation.aggregation import RECOVERY, party_aggregation
+from services.federation.links import Step
+from services.federation.messages import (
     ConfigureRequest,
     ConfigureResponse,
     KeyAnnouncementModel,
@@ -29,13 +27,12 @@ from services.verfedgnn.messages import (
     PeersResponse,
     StartRequest,
     StartResponse,
-    encode_upload,
+    announcements_from,
 )
-from services.verfedgnn.party import PartyTrainer
-from services.verfedgnn.private_data import training_data
-from services.verfedgnn.secure import SecureParty, announcements_from, party_seeds, seeded_trainer
-from services.verfedgnn.state_codec import dump_state, load_state
-from services.verfedgnn.types import PartyData, build_party_data
+from services.federation.plan import PartySide, ProtocolPlan, RatingTable, Seeds
+from services.party import fed_store as store
+from services.party.serving import ServingModel, publish
+from services.protocol.federation import decode_points, encode_points, pack_tree, unpack_tree
 
 KEEP_SNAPSHOTS = 3
 PSI_TTL_S = 3600.0  # a PSI left unfinished this long is abandoned (it holds the user list and a secret)
@@ -51,16 +48,17 @@ class _Run:
     """In-memory state of one run at this party."""
 
     run_id: str
-    config: TrainConfig
+    plan: ProtocolPlan
+    config: Any
     seed: int
     user_order: list[str]
     item_order: list[str]
     secagg: SecAggParty | None = None
-    data: PartyData | None = None
-    trainer: PartyTrainer | None = None
-    secure: SecureParty | None = None
+    data: Any = None
+    side: PartySide | None = None
     done: int = -1  # last round this party finished (its snapshot exists)
     current: tuple[int, int] | None = None  # (round, attempt) in progress
+    last: tuple[int, int, str, int] | None = None  # the latest step answered (a recovery may follow only it)
     cache: dict[tuple[int, int, str, int], bytes] = field(default_factory=dict)
 
 
@@ -181,39 +179,46 @@ class FederationService:
             return PeersResponse(party_id=self.party_id, sealed=run.secagg.seal_contribution(run.seed))
 
     # ---- run lifecycle -----------------------------------------------------------------------
-    def configure(self, *, request: ConfigureRequest) -> ConfigureResponse:
-        """Load this party's data for the aligned users; announce M_p and the training-rating sums."""
+    @staticmethod
+    def _config(plan: ProtocolPlan, raw: Mapping[str, Any], seed: int) -> Any:
         try:
-            config = TrainConfig(**{**request.config, "seed": request.seed})
+            return plan.config({k: v for k, v in raw.items() if k not in ("protocol", "rounds", "seed")},
+                               seed=seed, rounds=1)
         except ValidationError as exc:
             raise ValidationFailed(f"invalid training config: {exc.errors()[0]['msg']}",
                                    extra={"field": "config"}) from exc
+
+    def configure(self, *, request: ConfigureRequest) -> ConfigureResponse:
+        """Load this party's data for the aligned users; announce M_p and the training-rating sums."""
+        plan = registry.plan(registry.protocol_of(request.config))
+        config = self._config(plan, request.config, request.seed)
         with self._lock, self.sessions() as session:
             found = store.get_artifact(session=session, name=f"alignment:{request.run_id}")
             if found is None:
                 raise ProtocolError(f"run {request.run_id} has no user alignment at this party (run PSI first)")
             users = [str(u) for u in unpack_tree(found[1])["user_ids"].tolist()]
-            run = _Run(request.run_id, config, request.seed, users, store.all_item_ids(session=session))
+            run = _Run(request.run_id, plan, config, request.seed, users, store.all_item_ids(session=session))
             run.secagg = SecAggParty(party_id=self.party_id, secret=self.secret(session), run_id=request.run_id)
             data = self._load_data(session, run, total_items=1)
             store.put_state(session=session, key=f"run:{request.run_id}",
                             value={"config": request.config, "seed": request.seed, "start": None})
             self._runs[request.run_id] = run
             a = run.secagg.announce()
+            count, total = plan.announce(data)
             return ConfigureResponse(party_id=self.party_id, n_users=len(users), n_items=len(run.item_order),
-                                     train_count=len(data.train), train_sum=float(data.train.ratings.sum()),
+                                     train_count=count, train_sum=total,
                                      key=KeyAnnouncementModel(party_id=a.party_id, dh_public=a.dh_public,
                                                               identity=a.identity, signature=a.signature))
 
-    def _load_data(self, session: Session, run: _Run, *, total_items: int) -> PartyData:
+    def _load_data(self, session: Session, run: _Run, *, total_items: int) -> Any:
         users, items, ratings, codes = store.load_ratings(session=session)
-        run.data = build_party_data(
-            party_id=self.party_id, user_order=run.user_order, item_order=run.item_order, users=users,
-            items=items, ratings=ratings, codes=codes, total_items=total_items,
-            rating_min=self.rating_min, rating_max=self.rating_max)
         assert run.secagg is not None
+        table = RatingTable(np.asarray(users, dtype=object), np.asarray(items, dtype=object), ratings, codes)
         # DP runs: the training matrix is randomized here, before any count or message leaves the party
-        run.data = training_data(run.data, config=run.config, local_seed=run.secagg.derived_seed("local", run.seed))
+        run.data = run.plan.load(config=run.config, party_id=self.party_id, table=table, user_order=run.user_order,
+                                 item_order=run.item_order, total_items=total_items,
+                                 rating_range=(self.rating_min, self.rating_max),
+                                 local_seed=run.secagg.derived_seed("local", run.seed))
         return run.data
 
     def start(self, *, run_id: str, request: StartRequest) -> StartResponse:
@@ -228,236 +233,123 @@ class FederationService:
             if not value.get("peers") or run.secagg is None or not run.secagg.pair_keys:
                 raise ProtocolError(f"run {run_id}: no key agreement yet (peers step)")
             value["start"] = request.model_dump()
-            self._build_trainer(session, run, request)
+            self._build(session, run, request)
             store.put_state(session=session, key=f"run:{run_id}", value=value)
             return StartResponse(party_id=self.party_id, restored_round=run.done)
 
-    def _build_trainer(self, session: Session, run: _Run, request: StartRequest) -> None:
+    def _build(self, session: Session, run: _Run, request: StartRequest) -> None:
         data = self._load_data(session, run, total_items=request.total_items)
         assert run.secagg is not None
         try:
-            seeds = party_seeds(run.secagg, run_seed=run.seed, sealed=request.sealed)
+            seeds = Seeds(run.secagg.agreed_seed(run.seed, request.sealed), run.secagg.derived_seed("local", run.seed))
         except CryptoError as exc:
             raise ProtocolError(f"seed agreement failed: {exc.detail}") from exc
-        run.trainer = seeded_trainer(config=run.config, data=data, seeds=seeds)
-        run.secure = (SecureParty(trainer=run.trainer, secagg=run.secagg, item_counts=request.item_counts)
-                      if run.config.secure_aggregation else None)
+        aggregation = party_aggregation(secure=run.plan.secure_by_default(run.config), secagg=run.secagg,
+                                        parties=sorted(request.item_counts))
+        run.side = run.plan.party(config=run.config, data=data, seeds=seeds, item_counts=request.item_counts,
+                                  aggregation=aggregation)
         snap = store.get_artifact(session=session, name=f"trainer:{run.run_id}")
         if snap is None:
             self._snapshot(session, run, round_index=-1)
         else:
-            run.trainer.load_state_dict(load_state(snap[1]))
+            run.side.restore(snap[1])
             run.done = snap[0] - 2
         run.current, run.cache = None, {}
 
     def _snapshot(self, session: Session, run: _Run, *, round_index: int) -> None:
         """Persist the trainer after a finished round (version = round + 2, so the initial state is 1)."""
-        assert run.trainer is not None
+        assert run.side is not None
         version = round_index + 2
         store.put_artifact(session=session, name=f"trainer:{run.run_id}", kind="trainer_state",
-                           payload=dump_state(run.trainer.state_dict()), version=version)
+                           payload=run.side.checkpoint(), version=version)
         store.prune_artifact(session=session, name=f"trainer:{run.run_id}", below_version=version - KEEP_SNAPSHOTS + 1)
         run.done = round_index
 
     def _run(self, session: Session, run_id: str) -> _Run:
         """The run, rebuilt from the database after a restart of this party."""
         run = self._runs.get(run_id)
-        if run is not None and run.trainer is not None:
+        if run is not None and run.side is not None:
             return run
         value = store.get_state(session=session, key=f"run:{run_id}")
         found = store.get_artifact(session=session, name=f"alignment:{run_id}")
         if not value or not value.get("start") or not value.get("peers") or found is None:
             raise NotFound(f"run {run_id} is not known at this party", extra={"field": "run_id"})
         users = [str(u) for u in unpack_tree(found[1])["user_ids"].tolist()]
-        config = TrainConfig(**{**value["config"], "seed": value["seed"]})
-        run = _Run(run_id, config, int(value["seed"]), users, store.all_item_ids(session=session))
+        plan = registry.plan(registry.protocol_of(value["config"]))
+        config = self._config(plan, value["config"], int(value["seed"]))
+        run = _Run(run_id, plan, config, int(value["seed"]), users, store.all_item_ids(session=session))
         run.secagg = SecAggParty(party_id=self.party_id, secret=self.secret(session), run_id=run_id)
         run.secagg.accept(announcements_from(value["peers"]))  # verified (and pinned) when first received
-        self._build_trainer(session, run, StartRequest(**value["start"]))
+        self._build(session, run, StartRequest(**value["start"]))
         self._runs[run_id] = run
         return run
 
-    # ---- round steps (each answer cached per (round, attempt, step, layer)) --------------------
-    @staticmethod
-    def _plain(run: _Run) -> None:
-        """A run with secure aggregation never answers an unmasked projection or upload."""
-        if run.secure is not None:
-            raise ProtocolError(f"run {run.run_id} uses secure aggregation: only masked steps are answered",
-                                extra={"field": "run_id"})
+    # ---- round steps: one entry for every protocol's steps, answers cached per step -------------------
+    def step(self, *, run_id: str, step: Step, body: bytes) -> bytes:
+        """Answer one step of a round (the protocol's handler); a repeated step gets the cached answer.
 
-    def _in_progress(self, run: _Run, round_index: int, attempt: int) -> PartyTrainer:
-        if run.current != (round_index, attempt) or run.trainer is None:
-            raise ProtocolError(f"round {round_index} attempt {attempt} is not in progress at {self.party_id} "
-                                f"(current {run.current}, last finished {run.done})",
-                                extra={"field": "round_index"})
-        return run.trainer
-
-    def begin(self, *, run_id: str, round_index: int, attempt: int, body: bytes) -> bool:
-        """Receive the public parameters and start the round; returns True when answered from cache."""
+        "begin" opens a round attempt (going back to the snapshot before the round when it is retried);
+        every other step belongs to the attempt in progress; "finish" persists the state before answering.
+        """
         with self._lock, self.sessions() as session:
             run = self._run(session, run_id)
-            key = (round_index, attempt, "begin", -1)
-            if run.current == (round_index, attempt) and key in run.cache:
-                return True
-            if round_index < run.done:
-                raise ProtocolError(f"stale round {round_index}: this party already finished round {run.done}",
+            if step.key in run.cache and (step.name != "begin" or run.current == (step.round_index, step.attempt)):
+                return run.cache[step.key]
+            if step.name == "begin":
+                self._begin_check(run, step)
+            elif step.name.startswith(RECOVERY) and run.last != (step.round_index, step.attempt,
+                                                                 step.name.removeprefix(RECOVERY), step.layer):
+                # a recovery only while its step is the latest one: once the round moved on, the sum was formed
+                raise ProtocolError(f"{step.name} is only answered right after that step, before any other",
+                                    extra={"field": "step"})
+            elif run.current != (step.round_index, step.attempt):
+                raise ProtocolError(f"round {step.round_index} attempt {step.attempt} is not in progress at "
+                                    f"{self.party_id} (current {run.current}, last finished {run.done})",
                                     extra={"field": "round_index"})
-            assert run.trainer is not None
-            public = self._decode_public(body, run.trainer)
-            if run.done >= round_index:  # a retried round: go back to the state before it
-                snap = store.get_artifact(session=session, name=f"trainer:{run_id}", max_version=round_index + 1)
-                if snap is None:
-                    raise ProtocolError(f"no snapshot before round {round_index} to retry from")
-                run.trainer.load_state_dict(load_state(snap[1]))
-                run.done = snap[0] - 2
-            if run.secure is not None:
-                run.secure.begin(round_index=round_index, public=public)
-            else:
-                run.trainer.begin_round(round_index=round_index, public=public)
-            run.current, run.cache = (round_index, attempt), {key: b""}
-            return False
+            try:
+                message = unpack_tree(body) if body else {}
+            except ProtocolError as exc:
+                raise _bad(exc, f"{step.name} message") from exc
+            if not isinstance(message, dict):
+                raise ValidationFailed(f"the {step.name} message must be a tree of named values",
+                                       extra={"field": "body"})
+            if step.name == "begin":
+                self._rewind(session, run, step)
+            assert run.side is not None
+            answer = run.side.handler.handle(step, message)
+            if step.name == "finish":
+                self._snapshot(session, run, round_index=step.round_index)
+            out = pack_tree(answer)
+            if step.name == "begin":
+                run.current, run.cache = (step.round_index, step.attempt), {}
+            if not step.name.startswith(RECOVERY):
+                run.last = step.key
+            run.cache[step.key] = out
+            return out
 
     @staticmethod
-    def _decode_public(body: bytes, trainer: PartyTrainer) -> dict[str, np.ndarray]:
-        """Public parameters must have exactly the model's names, shapes and float32 dtype."""
-        try:
-            public = unpack_tree(body)
-        except ProtocolError as exc:
-            raise _bad(exc, "public parameters") from exc
-        expected = trainer.public.arrays()
-        if not isinstance(public, dict) or set(public) != set(expected):
-            raise ValidationFailed("public parameters must be exactly " + ", ".join(sorted(expected)),
-                                   extra={"field": "body"})
-        for name, arr in public.items():
-            if not isinstance(arr, np.ndarray) or arr.shape != expected[name].shape or arr.dtype != np.float32:
-                raise ValidationFailed(f"public parameter {name} must be float32 {expected[name].shape}",
-                                       extra={"field": name})
-        return public
+    def _begin_check(run: _Run, step: Step) -> None:
+        """A new attempt of a stale round is refused."""
+        if step.round_index < run.done:
+            raise ProtocolError(f"stale round {step.round_index}: this party already finished round {run.done}",
+                                extra={"field": "round_index"})
 
-    def projection(self, *, run_id: str, round_index: int, attempt: int, layer: int) -> bytes:
-        """Y_p^k = Φ X_p^k as npy bytes."""
-        with self._lock, self.sessions() as session:
-            run = self._run(session, run_id)
-            key = (round_index, attempt, "projection", layer)
-            if key in run.cache:
-                return run.cache[key]
-            self._plain(run)
-            trainer = self._in_progress(run, round_index, attempt)
-            out = encode_array(trainer.layer_projection(layer=layer))
-            run.cache[key] = out
-            return out
-
-    def others(self, *, run_id: str, round_index: int, attempt: int, layer: int, body: bytes) -> bool:
-        """Take the relayed sum of the other parties' projections for a layer; True when cached."""
-        with self._lock, self.sessions() as session:
-            run = self._run(session, run_id)
-            key = (round_index, attempt, "others", layer)
-            if key in run.cache:
-                return True
-            self._plain(run)
-            trainer = self._in_progress(run, round_index, attempt)
-            own = run.cache.get((round_index, attempt, "projection", layer))
-            if own is None:
-                raise ProtocolError(f"layer {layer}: projection not requested yet", extra={"field": "layer"})
-            shape = decode_array(own).shape
-            try:
-                others = decode_array(body, dtype=np.float32, shape=shape)
-            except ProtocolError as exc:
-                raise _bad(exc, "projection sum") from exc
-            trainer.receive_projection_sum(layer=layer, others=others)
-            run.cache[key] = b""
-            return False
-
-    def finish(self, *, run_id: str, round_index: int, attempt: int) -> bytes:
-        """Loss, private step, protected gradients; the state is persisted before answering."""
-        with self._lock, self.sessions() as session:
-            run = self._run(session, run_id)
-            key = (round_index, attempt, "finish", -1)
-            if key in run.cache:
-                return run.cache[key]
-            self._plain(run)
-            trainer = self._in_progress(run, round_index, attempt)
-            out = encode_upload(trainer.finish_round())
-            self._snapshot(session, run, round_index=round_index)
-            run.cache[key] = out
-            return out
-
-    # ---- masked round steps (secure aggregation) --------------------------------------------------
-    def _secure(self, run: _Run, round_index: int, attempt: int) -> SecureParty:
-        self._in_progress(run, round_index, attempt)
-        if run.secure is None:
-            raise ProtocolError(f"run {run.run_id} does not use secure aggregation", extra={"field": "run_id"})
-        return run.secure
-
-    def masked_projection(self, *, run_id: str, round_index: int, attempt: int, layer: int,
-                          participants: list[str]) -> bytes:
-        """Y_p^k in fixed point plus this party's pairwise masks (npy uint64)."""
-        with self._lock, self.sessions() as session:
-            run = self._run(session, run_id)
-            key = (round_index, attempt, "masked:" + ",".join(sorted(participants)), layer)
-            if key in run.cache:
-                return run.cache[key]
-            if any(k[2].startswith("masked:") and k[3] == layer for k in run.cache if k[:2] == (round_index, attempt)):
-                # one masking per value: two maskings over different sets would differ by known masks only
-                raise ProtocolError(f"layer {layer} was already masked for other participants",
-                                    extra={"field": "participants"})
-            secure = self._secure(run, round_index, attempt)
-            out = encode_array(secure.masked_projection(round_index=round_index, attempt=attempt, layer=layer,
-                                                        participants=participants))
-            run.cache[key] = out
-            return out
-
-    def total(self, *, run_id: str, round_index: int, attempt: int, layer: int, body: bytes) -> bool:
-        """The unmasked sum of the participants' projections; True when answered from the cache."""
-        with self._lock, self.sessions() as session:
-            run = self._run(session, run_id)
-            key = (round_index, attempt, "total", layer)
-            if key in run.cache:
-                return True
-            secure = self._secure(run, round_index, attempt)
-            try:
-                tree = unpack_tree(body)
-                total = np.asarray(tree["total"], dtype=np.float64)
-                names = [str(p) for p in np.asarray(tree["participants"]).tolist()]
-            except (ProtocolError, KeyError, ValueError, TypeError) as exc:
-                raise _bad(exc, "projection total") from exc
-            if not np.isfinite(total).all():
-                raise ValidationFailed("projection total is not finite", extra={"field": "body"})
-            secure.total(layer=layer, total=total, participants=names)
-            run.cache[key] = b""
-            return False
-
-    def masked_finish(self, *, run_id: str, round_index: int, attempt: int, participants: list[str]) -> bytes:
-        """Private step; gradients, loss and metric sums in fixed point plus masks; state persisted first."""
-        with self._lock, self.sessions() as session:
-            run = self._run(session, run_id)
-            key = (round_index, attempt, "masked-finish:" + ",".join(sorted(participants)), -1)
-            if key in run.cache:
-                return run.cache[key]
-            if any(k[2].startswith("masked-finish:") for k in run.cache if k[:2] == (round_index, attempt)):
-                raise ProtocolError("finish was already masked for other participants", extra={"field": "participants"})
-            secure = self._secure(run, round_index, attempt)
-            out = encode_array(secure.masked_finish(round_index=round_index, attempt=attempt,
-                                                    participants=participants))
-            self._snapshot(session, run, round_index=round_index)
-            run.cache[key] = out
-            return out
-
-    def recovery(self, *, run_id: str, round_index: int, attempt: int, step: str, layer: int,
-                 dropped: list[str], size: int) -> bytes:
-        """This party's masks with parties that dropped out of a masked step (npy uint64)."""
-        with self._lock, self.sessions() as session:
-            run = self._run(session, run_id)
-            secure = self._secure(run, round_index, attempt)
-            return encode_array(secure.recovery(round_index=round_index, attempt=attempt, step=step, layer=layer,
-                                                dropped=dropped, size=size))
+    def _rewind(self, session: Session, run: _Run, step: Step) -> None:
+        """A retried round goes back to the state before it."""
+        if run.done >= step.round_index:  # a retried round: go back to the state before it
+            snap = store.get_artifact(session=session, name=f"trainer:{run.run_id}", max_version=step.round_index + 1)
+            if snap is None:
+                raise ProtocolError(f"no snapshot before round {step.round_index} to retry from")
+            assert run.side is not None
+            run.side.restore(snap[1])
+            run.done = snap[0] - 2
 
     def publish(self, *, run_id: str, round_index: int) -> int:
         """Store the latest completed forward as the serving model; returns its version."""
         with self._lock, self.sessions() as session:
             run = self._run(session, run_id)
-            assert run.trainer is not None
-            sm: dict[str, Any] = run.trainer.serving_model()
+            assert run.side is not None
+            sm: dict[str, Any] = run.side.serving_model()
             n, m = len(run.user_order), len(run.item_order)
             model = ServingModel(
                 run_id=run_id, round_index=round_index, user_ids=np.array(run.user_order, dtype=str),

@@ -177,7 +177,7 @@ class ModelCache:
                 return
             try:
                 self._check(force=woken)
-            except Exception:  # noqa: BLE001 - a failed poll (database down) must not end the thread
+            except Exception:
                 log.exception("serving cache refresh failed")
                 time.sleep(self.refresh_s)
 

@@ -12,8 +12,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from services.protocol.ids import id_problem
 from services.errors import ValidationFailed
+from services.protocol.ids import id_problem
 
 MAX_ERRORS = 20
 BLOCK_CHARS_PER_ROW = 24  # block size of the unquoted CSV fast path, per requested row

@@ -31,7 +31,7 @@ def parse_npy(data: bytes | bytearray | memoryview) -> np.ndarray:
         version = np.lib.format.read_magic(buf)
         read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
         shape, fortran, dtype = read_header(buf)
-    except Exception as exc:  # noqa: BLE001 - any header failure is a malformed payload
+    except Exception as exc:
         raise ProtocolError(f"malformed array header: {exc}") from exc
     if dtype.hasobject:
         raise ProtocolError("object arrays are not accepted")

@@ -25,8 +25,8 @@ from models.vertical import (
     rank_scores,
     softmax_rank_loss,
 )
-from services.crypto.projection import ProjectionSpec, project, projection_matrix, reconstruct
 from services.crypto.gradient_sharing import decode_1bit, encode_1bit
+from services.crypto.projection import ProjectionSpec, project, projection_matrix, reconstruct
 from services.crypto.quantization import quantize_gradients
 from services.errors import ProtocolError
 from services.verfedgnn.config import (

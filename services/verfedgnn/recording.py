@@ -1,124 +1,65 @@
-"""A PartyLink that records every message it carries (for privacy audits and attack benchmarks).
+"""VerFedGNN's messages as recorded by the runtime's `RecordingLink` (for privacy audits and attack benchmarks).
 
-`RecordingLink` wraps any `PartyLink` (in-process or HTTP) and keeps a copy of what crossed it,
-in both directions, as the domain values the round sequence hands over: the public parameters a
-party downloads, each projection Y_p^k it uploads, the relayed sum it receives, its gradient
-upload. Nothing in the round changes: the wrapped link is called with the same arguments and its
-answers are returned unchanged.
+`record` wraps every link of an in-process federation (or any dict of links) in a
+`services.federation.links.RecordingLink`; `VerFedGNNLog` reads the domain values back out of the
+recorded message trees: the public parameters a party downloaded, each projection Y_p^k it
+uploaded, the relayed sum it reconstructs from the total, its gradient upload. Nothing in the
+round changes: the wrapped link is called with the same messages and its answers are returned as they are.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass
 
 import numpy as np
 
-from services.verfedgnn.rounds import InProcessFederation, PartyLink
+from services.crypto.participation import participation_scale
+from services.federation.links import MessageLog, Record, RecordingLink
+from services.verfedgnn.messages import upload_from_tree
+from services.verfedgnn.rounds import InProcessFederation
 from services.verfedgnn.types import GradientUpload
-
-Step = Literal["begin", "projection", "others", "finish"]
-
-
-@dataclass(frozen=True)
-class Message:
-    """One message between the coordinator and a party (`up`: party → coordinator)."""
-
-    party_id: str
-    round_index: int
-    attempt: int
-    step: Step
-    layer: int | None
-    direction: Literal["up", "down"]
-    payload: object  # dict of arrays (begin), ndarray (projection, others) or GradientUpload (finish)
 
 
 @dataclass
-class MessageLog:
-    """Messages in the order they crossed the links; `keep` decides which are stored."""
+class VerFedGNNLog:
+    """The recorded messages of a VerFedGNN run, read as the round's domain values."""
 
-    keep: Callable[[Message], bool] = field(default=lambda m: True)
-    messages: list[Message] = field(default_factory=list)
-
-    def add(self, message: Message) -> None:
-        """Store a copy of the message (the sender cannot change it afterwards) if `keep` accepts it."""
-        if self.keep(message):
-            self.messages.append(Message(message.party_id, message.round_index, message.attempt, message.step,
-                                         message.layer, message.direction, _frozen(message.payload)))
-
-    def find(self, *, party_id: str, step: Step, round_index: int, layer: int | None = None) -> Message:
-        """The (last attempt's) message of a party at a step; KeyError if none was recorded."""
-        hits = [m for m in self.messages if m.party_id == party_id and m.step == step
-                and m.round_index == round_index and m.layer == layer]
-        if not hits:
-            raise KeyError(f"no {step} message of {party_id} in round {round_index} (layer {layer})")
-        return hits[-1]
-
-    def projection(self, *, party_id: str, round_index: int, layer: int) -> np.ndarray:
-        """Y_p^k as the party uploaded it."""
-        return np.asarray(self.find(party_id=party_id, step="projection", round_index=round_index,
-                                    layer=layer).payload)
-
-    def others(self, *, party_id: str, round_index: int, layer: int) -> np.ndarray:
-        """The relayed sum of the other parties' projections the party received."""
-        return np.asarray(self.find(party_id=party_id, step="others", round_index=round_index, layer=layer).payload)
-
-    def upload(self, *, party_id: str, round_index: int) -> GradientUpload:
-        """The party's gradient upload."""
-        payload = self.find(party_id=party_id, step="finish", round_index=round_index).payload
-        assert isinstance(payload, GradientUpload)
-        return payload
-
-
-def _frozen(value: object) -> object:
-    """A copy the sender cannot change afterwards (arrays and uploads are copied deeply)."""
-    if isinstance(value, np.ndarray):
-        return value.copy()
-    return copy.deepcopy(value)
-
-
-class RecordingLink:
-    """PartyLink decorator: forwards every call to `inner` and logs what went each way."""
-
-    def __init__(self, inner: PartyLink, log: MessageLog) -> None:
-        self.inner, self.log = inner, log
+    log: MessageLog
+    item_counts: Mapping[str, int]
 
     @property
-    def party_id(self) -> str:
-        """Id of the party behind the link."""
-        return self.inner.party_id
+    def records(self) -> list[Record]:
+        """Every recorded message, in order."""
+        return self.log.records
 
-    def _add(self, step: Step, round_index: int, attempt: int, layer: int | None, direction: Literal["up", "down"],
-             payload: object) -> None:
-        self.log.add(Message(self.party_id, round_index, attempt, step, layer, direction, payload))
+    def projection(self, *, party_id: str, round_index: int, layer: int) -> np.ndarray:
+        """Y_p^k as the party uploaded it (plain aggregation)."""
+        return np.asarray(self.log.find(party_id=party_id, step="projection", direction="up",
+                                        round_index=round_index, layer=layer)["y"])
 
-    def begin(self, *, round_index: int, attempt: int, public: Mapping[str, np.ndarray]) -> None:
-        """Log the public parameters sent down, then forward."""
-        self._add("begin", round_index, attempt, None, "down", {k: np.asarray(v) for k, v in public.items()})
-        self.inner.begin(round_index=round_index, attempt=attempt, public=public)
+    def others(self, *, party_id: str, round_index: int, layer: int) -> np.ndarray:
+        """The other participants' projections as the party reconstructs them: (total − own) · scale."""
+        down = self.log.find(party_id=party_id, step="total", direction="down", round_index=round_index, layer=layer)
+        own = self.projection(party_id=party_id, round_index=round_index, layer=layer)
+        others = [str(p) for p in down["participants"] if str(p) != party_id]
+        counts = {p: m for p, m in self.item_counts.items() if p != party_id}
+        scale = participation_scale(item_counts=counts, participants=others) if others else 0.0
+        total = np.asarray(down["total"], np.float64).reshape(own.shape)
+        return ((total - own) * scale).astype(np.float32)
 
-    def projection(self, *, round_index: int, attempt: int, layer: int) -> np.ndarray:
-        """Forward, then log the projection sent up."""
-        out = self.inner.projection(round_index=round_index, attempt=attempt, layer=layer)
-        self._add("projection", round_index, attempt, layer, "up", out)
-        return out
+    def upload(self, *, party_id: str, round_index: int) -> GradientUpload:
+        """The party's gradient upload (plain aggregation)."""
+        tree = self.log.find(party_id=party_id, step="finish", direction="up", round_index=round_index)
+        return upload_from_tree(tree, round_index=round_index, party_id=party_id)
 
-    def others(self, *, round_index: int, attempt: int, layer: int, others: np.ndarray) -> None:
-        """Log the relayed sum sent down, then forward."""
-        self._add("others", round_index, attempt, layer, "down", others)
-        self.inner.others(round_index=round_index, attempt=attempt, layer=layer, others=others)
-
-    def finish(self, *, round_index: int, attempt: int) -> GradientUpload:
-        """Forward, then log the gradient upload sent up."""
-        out = self.inner.finish(round_index=round_index, attempt=attempt)
-        self._add("finish", round_index, attempt, None, "up", out)
-        return out
+    def public(self, *, party_id: str, round_index: int) -> dict[str, np.ndarray]:
+        """The public parameters the party downloaded."""
+        return dict(self.log.find(party_id=party_id, step="begin", direction="down", round_index=round_index)["public"])
 
 
-def record(federation: InProcessFederation, *, keep: Callable[[Message], bool] | None = None) -> MessageLog:
+def record(federation: InProcessFederation, *, keep: Callable[[Record], bool] | None = None) -> VerFedGNNLog:
     """Wrap every link of an in-process federation in a RecordingLink; returns the shared log."""
     log = MessageLog(keep=keep) if keep is not None else MessageLog()
     federation.links = {name: RecordingLink(link, log) for name, link in federation.links.items()}
-    return log
+    return VerFedGNNLog(log, federation.coordinator.item_counts)

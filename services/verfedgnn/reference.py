@@ -16,7 +16,6 @@ from services.verfedgnn.party import PartyTrainer
 from services.verfedgnn.private_data import training_data
 from services.verfedgnn.rounds import InProcessFederation
 from services.verfedgnn.secure import (
-    SecureInProcessFederation,
     agree_in_process,
     dev_party_secret,
     secure_federation,
@@ -54,7 +53,7 @@ def party_datas(parties: Mapping[str, Dataset]) -> dict[str, PartyData]:
 class ReferenceFederation:
     """An in-process federation built as the HTTP parties build theirs, with the parties' trainers."""
 
-    federation: InProcessFederation | SecureInProcessFederation
+    federation: InProcessFederation
     trainers: dict[str, PartyTrainer]
     datas: dict[str, PartyData]  # what each party trains on (after randomized response when DP is on)
     global_mean: float  # the coordinator's: the parties' summed training ratings over their count
@@ -80,7 +79,7 @@ def build_federation(datas: Mapping[str, PartyData], *, config: TrainConfig,
     any_data = next(iter(trained.values()))
     coord = CoordinatorTrainer(config=config, n_users=any_data.n_users, global_mean=mean,
                                item_counts={p: d.n_items for p, d in trained.items()})
-    fed: InProcessFederation | SecureInProcessFederation
+    fed: InProcessFederation
     if config.secure_aggregation:
         fed = secure_federation(config=config, datas=trained, coordinator=coord, secrets=keys, run_id=run_id)
     else:
@@ -97,7 +96,7 @@ class ReferenceResult:
 
     history: list[RoundMetrics]
     seconds: float
-    federation: InProcessFederation | SecureInProcessFederation
+    federation: InProcessFederation
 
     @property
     def test_rmse(self) -> float:

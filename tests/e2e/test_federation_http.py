@@ -90,22 +90,19 @@ def test_http_run_matches_inprocess_run(done: tuple[Federation, dict[str, Any], 
 
 
 def _arrays(party: str, path: str, sent: bytes, answered: bytes) -> list[tuple[str, tuple[int, ...]]]:
-    """Shapes of every array in a federation body, decoded by what the endpoint carries."""
-    if path.endswith("/begin"):
-        return [(k, v.shape) for k, v in unpack_tree(sent).items()]
-    if path.endswith(("/masked", "/masked-finish")):
-        masked = decode_array(answered)
-        assert masked.dtype == np.uint64, f"{path}: a masked step answered {masked.dtype}"
-        return [("masked", masked.shape)]
-    if path.endswith("/total"):
+    """Shapes of every array in a round step's bodies, decoded as the runtime's message trees."""
+    if "/steps/" not in path:
+        return []
+    step = path.rsplit("/steps/", 1)[1]
+    if step == "begin":
+        return [(k, v.shape) for k, v in unpack_tree(sent)["public"].items()]
+    if step in ("projection", "finish"):
+        up = unpack_tree(answered)
+        assert set(up) == {"masked"}, f"{path}: a summed step answered {sorted(up)}, not a masked vector"
+        assert up["masked"].dtype == np.uint64, f"{path}: a masked step answered {up['masked'].dtype}"
+        return [("masked", up["masked"].shape)]
+    if step == "total":
         return [("total", unpack_tree(sent)["total"].shape)]
-    if path.endswith("/projection"):
-        return [("projection", decode_array(answered).shape)]
-    if path.endswith("/others"):
-        return [("others", decode_array(sent).shape)]
-    if path.endswith("/finish") and "/rounds/" in path:
-        up = decode_upload(answered, party_id=party, round_index=_round(path))
-        return [(k, tuple(q.shape)) for k, q in up.quantized.items()] + [(k, v.shape) for k, v in up.dense.items()]
     return []
 
 
@@ -124,13 +121,10 @@ def test_no_body_carries_ratings_item_ids_or_item_embeddings(
                                                        for ds in fed.datasets.values()}
     assert not forbidden & {n, q, d, 1, 2, 3}, "sizes must be distinguishable for this check to mean anything"
     paths = {p for _, p, _, _ in log}
-    assert any(p.endswith("/psi/reblind") for p in paths) and any(p.endswith("/masked") for p in paths)
-    # Wire audit: with secure aggregation no party was ever asked for an unmasked projection or upload.
-    assert not any(p.endswith(("/projection", "/others")) or p.endswith("/finish") and "/rounds/" in p
-                   for p in paths)
-    finish_size = sum(int(np.prod(s)) for s in
-                      (v.shape for v in unpack_tree(next(b for _, p, b, _ in log if p.endswith("/begin"))).values())
-                      ) + 1 + 3 * 3
+    assert any(p.endswith("/psi/reblind") for p in paths) and any(p.endswith("/steps/projection") for p in paths)
+    # Wire audit: with secure aggregation every summed step answered a masked vector (checked in _arrays).
+    begin = next(b for _, p, b, _ in log if p.endswith("/steps/begin"))
+    finish_size = sum(int(np.prod(v.shape)) for v in unpack_tree(begin)["public"].values()) + 1 + 3 * 3
     for party, path, sent, answered in log:
         for body in (sent, answered):
             assert b"user-" not in body and b"item-" not in body, f"an id crossed the boundary at {path}"
@@ -164,23 +158,25 @@ def test_refused_calls_change_nothing(done: tuple[Federation, dict[str, Any], li
     public = unpack_tree(pack_tree({"x": np.zeros(1, np.float32)}))
     before = _fingerprint(fed, "p1")
     nxt = ROUNDS
+    begin = f"{url}/{nxt}/steps/begin?attempt=0"
     cases = [
-        (f"{url}/{nxt}/begin?attempt=0", {**good, "Authorization": "Bearer wrong"}, b"", 403, "forbidden"),
-        (f"{url}/{nxt}/begin?attempt=0", {"X-Fedrec-Protocol": PROTOCOL_VERSION}, b"", 401, "unauthorized"),
-        (f"{url}/{nxt}/begin?attempt=0", {**good, "X-Fedrec-Protocol": "0"}, b"", 409, "protocol_error"),
-        (f"{url}/0/begin?attempt=0", good, pack_tree(public), 409, "protocol_error"),  # stale round
-        (f"{url}/{nxt}/begin?attempt=0", good, b"\x93NUMPY garbage", 422, "validation_failed"),
-        (f"{url}/{nxt}/begin?attempt=0", good, pack_tree(public), 422, "validation_failed"),  # wrong names
-        (f"{url}/{nxt}/layers/0/others?attempt=0", good, b"junk", 409, "protocol_error"),  # not begun
-        (f"{url}/{nxt}/finish?attempt=0", good, b"", 409, "protocol_error"),
-        (f"{url}/{nxt - 1}/layers/0/projection?attempt=0", good, b"", 409, "protocol_error"),  # unmasked: never
+        (begin, {**good, "Authorization": "Bearer wrong"}, b"", 403, "forbidden"),
+        (begin, {"X-Fedrec-Protocol": PROTOCOL_VERSION}, b"", 401, "unauthorized"),
+        (begin, {**good, "X-Fedrec-Protocol": "0"}, b"", 409, "protocol_error"),
+        (f"{url}/0/steps/begin?attempt=0", good, pack_tree({"public": public}), 409, "protocol_error"),  # stale
+        (begin, good, b"\x93NUMPY garbage", 422, "validation_failed"),
+        (begin, good, pack_tree({"public": public}), 422, "validation_failed"),  # wrong names
+        (f"{url}/{nxt}/steps/total?attempt=0&layer=0", good, b"junk", 409, "protocol_error"),  # not begun
+        (f"{url}/{nxt}/steps/finish?attempt=0", good, b"", 409, "protocol_error"),
+        (f"{url}/{nxt - 1}/steps/recovery:projection?attempt=0&layer=0", good,
+         pack_tree({"dropped": ["p0"]}), 409, "protocol_error"),  # a finished round: nothing to reveal
+        (f"{url}/{nxt}/steps/Bad%20Step?attempt=0", good, b"", 422, "validation_failed"),
     ]
     for target, headers, body, code, kind in cases:
         resp = fed.http.post(target, content=body, headers=headers)
         assert resp.status_code == code, (target, resp.text)
         assert resp.json()["code"] == kind and resp.json()["detail"]
     assert "stale round" in fed.http.post(cases[3][0], content=cases[3][2], headers=good).json()["detail"]
-    assert "secure aggregation" in fed.http.post(cases[-1][0], headers=good).json()["detail"]
     assert _fingerprint(fed, "p1") == before
 
 
@@ -208,19 +204,21 @@ def test_serving_after_the_run(done: tuple[Federation, dict[str, Any], list[Any]
 def test_repeated_step_is_answered_from_the_cache(done: tuple[Federation, dict[str, Any], list[Any]]) -> None:
     fed, status, log = done
     last = ROUNDS - 1
-    path = f"/v1/federation/runs/{status['run_id']}/rounds/{last}/masked-finish"
+    path = f"/v1/federation/runs/{status['run_id']}/rounds/{last}/steps/finish"
     original = [(sent, answered) for party, p, sent, answered in log if party == "p2" and p == path]
     assert len(original) == 1
     before = _fingerprint(fed, "p2")
-    headers = {"Authorization": f"Bearer {COORD_TOKEN}", "X-Fedrec-Protocol": PROTOCOL_VERSION,
-               "Content-Type": "application/json"}
+    headers = {"Authorization": f"Bearer {COORD_TOKEN}", "X-Fedrec-Protocol": PROTOCOL_VERSION}
     again = fed.http.post(f"{fed.parties['p2'].url}{path}?attempt=0", headers=headers, content=original[0][0])
     assert again.status_code == 200 and again.content == original[0][1]
-    other = json.dumps({"participants": ["p1", "p2"]}).encode()  # the same value masked for another set: refused
-    assert fed.http.post(f"{fed.parties['p2'].url}{path}?attempt=0", headers=headers, content=other).status_code == 409
-    masked = f"{fed.parties['p2'].url}/v1/federation/runs/{status['run_id']}/rounds/{last}/layers/1/masked"
-    first = [(b, a) for party, p, b, a in log if party == "p2" and p.endswith(f"/rounds/{last}/layers/1/masked")]
-    assert fed.http.post(f"{masked}?attempt=0", headers=headers, content=first[0][0]).content == first[0][1]
+    # the same step asked for another participant set: the cached answer, never a second masking of the value
+    other = fed.http.post(f"{fed.parties['p2'].url}{path}?attempt=0", headers=headers,
+                          content=pack_tree({"participants": ["p1", "p2"]}))
+    assert other.status_code == 200 and other.content == original[0][1]
+    layer1 = f"/v1/federation/runs/{status['run_id']}/rounds/{last}/steps/projection"
+    first = [(b, a) for party, p, b, a in log if party == "p2" and p == layer1]
+    assert first and all(fed.http.post(f"{fed.parties['p2'].url}{layer1}?attempt=0&layer={k}", headers=headers,
+                                       content=b).status_code == 200 for k, (b, _) in enumerate(first[:1]))
     assert _fingerprint(fed, "p2") == before
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from tests.support.layout import ROOT, imported_modules, layering_violations
 
 ATTACKS = ["fake_users", "scoring", "search", "coordinator", "deanonymization", "gradient", "views", "suite"]
-FEDPERGNN = ["ldp", "messages", "config", "relay", "party", "rounds"]
+FEDPERGNN = ["ldp", "messages", "config", "relay", "party", "rounds", "plan"]
 
 
 def test_attack_and_baseline_packages_are_layered() -> None:

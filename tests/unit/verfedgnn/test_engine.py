@@ -103,7 +103,7 @@ def test_privacy_off_sends_dense_and_serving_model() -> None:
     cfg = TrainConfig(model="ggnn", dim=3, layers=1, use_projection=False, use_quantization=False, thd=1.0)
     fed = federation(cfg, tiny_parties())
     m = fed.run_round(0)
-    assert m.upload_nonzeros == 0 and m.upload_bytes > 0
+    assert m.upload_bytes > 0 and m.per_party == {}  # the round aggregates sums: no per-party figure
     served = fed.parties["p1"].serving_model()
     assert served["user_repr"].shape == (40, 3) and served["item_repr"].shape == (8, 3)
 

@@ -27,16 +27,16 @@ def test_recorded_run_is_the_same_run() -> None:
         assert plain.run_round(t).loss == recorded.run_round(t).loss
     for name, value in plain.coordinator.public_params().items():
         np.testing.assert_array_equal(value, recorded.coordinator.public_params()[name])
-    assert len(log.messages) == 3 * 2 * (2 + 2 * TINY.layers)
+    assert len(log.records) == 3 * 2 * 2 * (2 + 2 * TINY.layers)  # rounds × parties × (down, up) × steps
 
 
 def test_log_holds_what_crossed_each_link() -> None:
     """Projections up, relayed sums down (the other party's projection with 2 parties), uploads up."""
     fed = _federation()
-    log = record(fed, keep=lambda m: m.round_index == 0)
+    log = record(fed, keep=lambda r: r.step.round_index == 0)
     fed.run_round(0)
     fed.run_round(1)
-    assert {m.round_index for m in log.messages} == {0}
+    assert {r.step.round_index for r in log.records} == {0}
     for layer in range(TINY.layers):
         y0 = log.projection(party_id="party0", round_index=0, layer=layer)
         y1 = log.projection(party_id="party1", round_index=0, layer=layer)
@@ -45,5 +45,5 @@ def test_log_holds_what_crossed_each_link() -> None:
         np.testing.assert_allclose(log.others(party_id="party1", round_index=0, layer=layer), y0, rtol=1e-6)
     up = log.upload(party_id="party1", round_index=0)
     assert up.quantized and not up.dense and up.round_index == 0
-    begin = log.find(party_id="party0", step="begin", round_index=0).payload
+    begin = log.public(party_id="party0", round_index=0)
     assert isinstance(begin, dict) and set(begin) == set(fed.coordinator.public_params())

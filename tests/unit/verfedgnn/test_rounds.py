@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -10,14 +9,9 @@ import pytest
 
 from services.errors import ProtocolError
 from services.verfedgnn.config import TrainConfig
-from services.verfedgnn.rounds import (
-    InProcessFederation,
-    InProcessLink,
-    PartyLink,
-    fan_out,
-    run_round,
-)
-from services.verfedgnn.types import GradientUpload
+from services.federation.fanout import fan_out
+from services.federation.links import InProcessLink, Link, Message, Step
+from services.verfedgnn.rounds import InProcessFederation, run_round
 from tests.unit.verfedgnn.test_engine import federation, tiny_parties
 
 CFG = TrainConfig(model="gcn", dim=4, layers=2, thd=1.0, seed=2)
@@ -26,35 +20,21 @@ CFG = TrainConfig(model="gcn", dim=4, layers=2, thd=1.0, seed=2)
 class FailingLink:
     """A party that refuses one step of the round (as a crashed or out-of-sync party would)."""
 
-    def __init__(self, inner: PartyLink, fail_at: str) -> None:
+    def __init__(self, inner: Link, fail_at: str) -> None:
         self.inner, self.fail_at = inner, fail_at
 
     @property
     def party_id(self) -> str:
         return self.inner.party_id
 
-    def _check(self, step: str) -> None:
-        if step == self.fail_at:
-            raise ProtocolError(f"{self.party_id} refuses {step}")
-
-    def begin(self, *, round_index: int, attempt: int, public: Mapping[str, np.ndarray]) -> None:
-        self._check("begin")
-        self.inner.begin(round_index=round_index, attempt=attempt, public=public)
-
-    def projection(self, *, round_index: int, attempt: int, layer: int) -> np.ndarray:
-        self._check(f"projection[{layer}]")
-        return self.inner.projection(round_index=round_index, attempt=attempt, layer=layer)
-
-    def others(self, *, round_index: int, attempt: int, layer: int, others: np.ndarray) -> None:
-        self._check(f"others[{layer}]")
-        self.inner.others(round_index=round_index, attempt=attempt, layer=layer, others=others)
-
-    def finish(self, *, round_index: int, attempt: int) -> GradientUpload:
-        self._check("finish")
-        return self.inner.finish(round_index=round_index, attempt=attempt)
+    def call(self, step: Step, message: Message) -> Message:
+        label = step.name if step.layer < 0 else f"{step.name}[{step.layer}]"
+        if label == self.fail_at:
+            raise ProtocolError(f"{self.party_id} refuses {label}")
+        return self.inner.call(step, message)
 
 
-def three_parties() -> tuple[InProcessFederation, dict[str, PartyLink]]:
+def three_parties() -> tuple[InProcessFederation, dict[str, Link]]:
     fed = federation(CFG, tiny_parties(items=(12, 8, 10)))
     return fed, dict(fed.links)
 
@@ -82,7 +62,7 @@ def test_below_min_parties_the_round_is_abandoned_before_aggregation() -> None:
 
 def test_in_process_federation_raises_when_a_party_fails() -> None:
     fed, _ = three_parties()
-    fed.links["p1"] = FailingLink(InProcessLink(fed.parties["p1"]), "begin")
+    fed.links["p1"] = FailingLink(InProcessLink("p1", fed.handlers["p1"]), "begin")
     with pytest.raises(ProtocolError, match="begin: protocol_error: p1 refuses begin"):
         fed.run_round(0)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 
 import numpy as np
 import pytest
@@ -13,19 +12,16 @@ from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.coordinator import CoordinatorTrainer
 from services.verfedgnn.party import PartyTrainer
 from services.verfedgnn.rounds import InProcessFederation, run_round
-from services.verfedgnn.secure import (
-    SecureInProcessFederation,
-    SecureLink,
-    agree_in_process,
-    run_secure_round,
-)
+from services.federation.aggregation import MaskedSum, MaskedUpload
+from services.federation.links import Link, MessageLog, RecordingLink
+from services.verfedgnn.secure import agree_in_process
 from tests.unit.verfedgnn.test_engine import tiny_parties
 from tests.unit.verfedgnn.test_rounds import FailingLink
 
 CFG = TrainConfig(model="gcn", dim=4, layers=2, thd=1.0, seed=2)
 
 
-def pair(config: TrainConfig = CFG) -> tuple[InProcessFederation, SecureInProcessFederation]:
+def pair(config: TrainConfig = CFG) -> tuple[InProcessFederation, InProcessFederation]:
     """The same parties twice: a plain and a masked federation (same seeds)."""
     datas = tiny_parties(items=(12, 8, 10))
 
@@ -38,8 +34,9 @@ def pair(config: TrainConfig = CFG) -> tuple[InProcessFederation, SecureInProces
     c2, t2 = build()
     sec = {p: SecAggParty(party_id=p, secret=p.encode() * 16, run_id="r") for p in t2}
     agree_in_process(sec, run_seed=config.seed)
-    return InProcessFederation(coordinator=c1, parties=t1), SecureInProcessFederation(coordinator=c2, parties=t2,
-                                                                                      secagg=sec)
+    masks = {p: MaskedUpload(secagg=sec[p], parties=sorted(t2)) for p in t2}
+    return (InProcessFederation(coordinator=c1, parties=t1),
+            InProcessFederation(coordinator=c2, parties=t2, aggregations=masks, aggregation=MaskedSum()))
 
 
 def test_masked_rounds_train_like_plain_rounds() -> None:
@@ -56,41 +53,13 @@ def test_masked_rounds_train_like_plain_rounds() -> None:
         np.testing.assert_allclose(pb[k], pa[k], atol=1e-5)
 
 
-class Recorder:
-    """Keeps every masked vector a party sends the coordinator."""
-
-    def __init__(self, inner: SecureLink, seen: list[np.ndarray]) -> None:
-        self.inner, self.seen = inner, seen
-
-    @property
-    def party_id(self) -> str:
-        return self.inner.party_id
-
-    def begin(self, **kw: object) -> None:
-        self.inner.begin(**kw)  # type: ignore[arg-type]
-
-    def masked_projection(self, **kw: object) -> np.ndarray:
-        out = self.inner.masked_projection(**kw)  # type: ignore[arg-type]
-        self.seen.append(out)
-        return out
-
-    def total(self, **kw: object) -> None:
-        self.inner.total(**kw)  # type: ignore[arg-type]
-
-    def masked_finish(self, **kw: object) -> np.ndarray:
-        out = self.inner.masked_finish(**kw)  # type: ignore[arg-type]
-        self.seen.append(out)
-        return out
-
-    def recovery(self, **kw: object) -> np.ndarray:
-        return self.inner.recovery(**kw)  # type: ignore[arg-type]
-
-
 def test_wire_audit_no_unmasked_per_party_value_reaches_the_coordinator() -> None:
     plain, masked = pair()
-    seen: list[np.ndarray] = []
-    masked.links = {p: Recorder(link, seen) for p, link in masked.links.items()}  # type: ignore[misc]
+    log = MessageLog(keep=lambda r: r.direction == "up")
+    masked.links = {p: RecordingLink(link, log) for p, link in masked.links.items()}
     masked.run_round(0)
+    seen = [np.asarray(r.payload["masked"]) for r in log.records if r.payload]
+    assert all(set(r.payload) <= {"masked"} for r in log.records)  # nothing but masked vectors goes up
     for p, trainer in plain.parties.items():  # what each party would have sent in the clear
         trainer.begin_round(round_index=0, public=plain.coordinator.public_params())
         y = trainer.layer_projection(layer=0).astype(np.float64).ravel()
@@ -100,19 +69,8 @@ def test_wire_audit_no_unmasked_per_party_value_reaches_the_coordinator() -> Non
     assert len(seen) == 3 * 3  # 3 parties × (2 layers + finish), each masked
 
 
-def fail(links: Mapping[str, SecureLink], party: str, step: str) -> dict[str, SecureLink]:
-    class Failing(Recorder):
-        def masked_projection(self, **kw: object) -> np.ndarray:
-            if step == f"projection[{kw['layer']}]":
-                raise ProtocolError("party died")
-            return self.inner.masked_projection(**kw)  # type: ignore[arg-type]
-
-        def masked_finish(self, **kw: object) -> np.ndarray:
-            if step == "finish":
-                raise ProtocolError("party died")
-            return self.inner.masked_finish(**kw)  # type: ignore[arg-type]
-
-    return {p: Failing(link, []) if p == party else link for p, link in links.items()}  # type: ignore[misc]
+def fail(links: dict[str, Link], party: str, step: str) -> dict[str, Link]:
+    return {p: FailingLink(link, step) if p == party else link for p, link in links.items()}
 
 
 @pytest.mark.parametrize("step", ["projection[1]", "finish"])
@@ -120,8 +78,8 @@ def test_a_party_dropping_mid_round_is_recovered_and_matches_the_plain_round(ste
     plain, masked = pair()
     a = run_round(coord=plain.coordinator, links={p: FailingLink(l, step) if p == "p1" else l
                                                    for p, l in plain.links.items()}, round_index=0, min_parties=2)
-    b = run_secure_round(coord=masked.coordinator, links=fail(masked.links, "p1", step), round_index=0,
-                         min_parties=2)
+    b = run_round(coord=masked.coordinator, links=fail(masked.links, "p1", step), round_index=0,
+                  min_parties=2, aggregation=MaskedSum())
     assert a.metrics is not None and b.metrics is not None
     assert b.participants == ["p0", "p2"] and "p1" in b.failures
     assert b.metrics.rmse["train"] == pytest.approx(a.metrics.rmse["train"], abs=1e-6)
@@ -131,8 +89,9 @@ def test_a_party_dropping_mid_round_is_recovered_and_matches_the_plain_round(ste
 
 def test_a_lone_survivor_never_sends_its_value() -> None:
     _, masked = pair()
-    out = run_secure_round(coord=masked.coordinator, links=fail(fail(masked.links, "p1", "projection[0]"), "p2",
-                                                                "projection[0]"), round_index=0, min_parties=1)
+    out = run_round(coord=masked.coordinator, links=fail(fail(masked.links, "p1", "projection[0]"), "p2",
+                                                         "projection[0]"), round_index=0, min_parties=1,
+                    aggregation=MaskedSum())
     assert out.metrics is None  # one party left: abandoned, never unmasked
 
 

@@ -1,0 +1,120 @@
+"""FedPerGNN as the runtime sees it (the baseline over HTTP): typed config, party side, engine.
+
+The party's pseudonym key comes from its own secret (never the coordinator's), the relay is played
+by the coordinator (FedPerGNN's third party; its leak is what the baseline shows), and the LDP
+uploads are summed as sent: FedPerGNN's design has no secure aggregation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Executor
+from typing import Any
+
+import numpy as np
+
+from services.federation.aggregation import Aggregation, PartyAggregation
+from services.federation.links import Handler, Link
+from services.federation.plan import RatingTable, RoundOutcome, Seeds
+from services.fedpergnn.config import FedPerGNNConfig
+from services.fedpergnn.party import FedPerGNNParty
+from services.fedpergnn.rounds import FedPerGNNHandler, play_round, relay_for
+from services.verfedgnn.config import run_config
+from services.verfedgnn.coordinator import CoordinatorTrainer
+from services.verfedgnn.plan import load_party_data
+from services.verfedgnn.state_codec import dump_state, load_state
+from services.verfedgnn.types import PartyData
+
+
+def pseudonym_key(local_seed: int) -> bytes:
+    """The party's item-pseudonym key, from its own randomness."""
+    return hashlib.sha256(b"fedrec-fedpergnn-key|" + local_seed.to_bytes(8, "big")).digest()
+
+
+class FedPerGNNPartySide:
+    """One FedPerGNN run at a party."""
+
+    def __init__(self, party: FedPerGNNParty, aggregation: PartyAggregation) -> None:
+        self.party, self._handler = party, FedPerGNNHandler(party, aggregation)
+
+    @property
+    def handler(self) -> Handler:
+        """What answers the round's steps."""
+        return self._handler
+
+    def checkpoint(self) -> bytes:
+        """The trainer's checkpoint."""
+        return dump_state(self.party.state_dict())
+
+    def restore(self, state: bytes) -> None:
+        """Restore the trainer."""
+        self.party.load_state_dict(load_state(state))
+
+    def serving_model(self) -> dict[str, np.ndarray]:
+        """The trainer's serving arrays."""
+        return self.party.serving_model()
+
+
+class FedPerGNNEngine:
+    """The coordinator side: public parameters, the relay, one `play_round` per attempt."""
+
+    def __init__(self, config: FedPerGNNConfig, trainer: CoordinatorTrainer) -> None:
+        self.config, self.trainer, self.relay = config, trainer, relay_for(config.train.seed)
+
+    def play(self, *, links: Mapping[str, Link], round_index: int, attempt: int, min_parties: int,
+             pool: Executor | None, aggregation: Aggregation) -> RoundOutcome:
+        """One round attempt."""
+        return play_round(coord=self.trainer, relay=self.relay, config=self.config, links=links,
+                          round_index=round_index, attempt=attempt, min_parties=min_parties, pool=pool,
+                          aggregation=aggregation)
+
+    def checkpoint(self) -> bytes:
+        """Checkpoint of the public model."""
+        return dump_state(self.trainer.state_dict())
+
+    def restore(self, state: bytes) -> None:
+        """Restore the public model."""
+        self.trainer.load_state_dict(load_state(state))
+
+
+class FedPerGNNPlan:
+    """The registry's entry for FedPerGNN."""
+
+    name = "fedpergnn"
+
+    def config(self, raw: Mapping[str, Any], *, seed: int, rounds: int) -> FedPerGNNConfig:
+        """FedPerGNN's settings with the shared GNN settings under `train` (the run's seed and rounds win)."""
+        rest = {k: v for k, v in raw.items() if k not in ("protocol", "train")}
+        return FedPerGNNConfig(train=run_config(dict(raw.get("train") or {}), seed=seed, rounds=rounds), **rest)
+
+    def load(self, *, config: Any, party_id: str, table: RatingTable, user_order: Sequence[str],
+             item_order: Sequence[str], total_items: int, rating_range: tuple[float, float],
+             local_seed: int) -> PartyData:
+        """The party's training data (the shared GNN's loading)."""
+        return load_party_data(config=config.train, party_id=party_id, table=table, user_order=user_order,
+                               item_order=item_order, total_items=total_items, rating_range=rating_range,
+                               local_seed=local_seed)
+
+    def announce(self, data: PartyData) -> tuple[int, float]:
+        """Training interactions and their rating sum."""
+        return len(data.train), float(data.train.ratings.sum())
+
+    def party(self, *, config: Any, data: PartyData, seeds: Seeds, item_counts: Mapping[str, int],
+              aggregation: PartyAggregation) -> FedPerGNNPartySide:
+        """The FedPerGNN party with its own pseudonym key."""
+        party = FedPerGNNParty(config=config, data=data, seed=config.train.seed, key=pseudonym_key(seeds.local_seed))
+        return FedPerGNNPartySide(party, aggregation)
+
+    def engine(self, *, config: Any, n_users: int, item_counts: Mapping[str, int],
+               global_mean: float) -> FedPerGNNEngine:
+        """The coordinator's trainer and relay."""
+        return FedPerGNNEngine(config, CoordinatorTrainer(config=config.train, n_users=n_users,
+                                                          item_counts=item_counts, global_mean=global_mean))
+
+    def secure_by_default(self, config: Any) -> bool:
+        """FedPerGNN's uploads are LDP-noised and summed as sent (its design)."""
+        return False
+
+
+PLAN = FedPerGNNPlan()

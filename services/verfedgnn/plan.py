@@ -1,0 +1,120 @@
+"""VerFedGNN as the runtime sees it: typed config, party side (a PartyTrainer behind its handler), engine."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Executor
+from typing import Any
+
+import numpy as np
+
+from services.federation.aggregation import Aggregation, PartyAggregation
+from services.federation.links import Handler, Link
+from services.federation.plan import RatingTable, RoundOutcome, Seeds
+from services.verfedgnn.config import TrainConfig, run_config
+from services.verfedgnn.coordinator import CoordinatorTrainer
+from services.verfedgnn.party import PartyTrainer
+from services.verfedgnn.private_data import training_data
+from services.verfedgnn.rounds import VerFedGNNParty, run_round
+from services.verfedgnn.secure import seeded_trainer
+from services.verfedgnn.state_codec import dump_state, load_state
+from services.verfedgnn.types import PartyData, build_party_data
+
+
+class VerFedGNNPartySide:
+    """One run at a party: the trainer and the handler that answers the round's steps."""
+
+    def __init__(self, trainer: PartyTrainer, handler: VerFedGNNParty) -> None:
+        self.trainer, self._handler = trainer, handler
+
+    @property
+    def handler(self) -> Handler:
+        """What answers the round's steps."""
+        return self._handler
+
+    def checkpoint(self) -> bytes:
+        """The trainer's checkpoint."""
+        return dump_state(self.trainer.state_dict())
+
+    def restore(self, state: bytes) -> None:
+        """Restore the trainer."""
+        self.trainer.load_state_dict(load_state(state))
+
+    def serving_model(self) -> dict[str, np.ndarray]:
+        """The trainer's serving arrays."""
+        return self.trainer.serving_model()
+
+
+class VerFedGNNEngine:
+    """The coordinator side: public parameters and their optimizer, one `run_round` per attempt."""
+
+    def __init__(self, trainer: CoordinatorTrainer) -> None:
+        self.trainer = trainer
+        self.config = trainer.config
+
+    def play(self, *, links: Mapping[str, Link], round_index: int, attempt: int, min_parties: int,
+             pool: Executor | None, aggregation: Aggregation) -> RoundOutcome:
+        """One round attempt."""
+        return run_round(coord=self.trainer, links=links, round_index=round_index, attempt=attempt,
+                         min_parties=min_parties, pool=pool, aggregation=aggregation)
+
+    def checkpoint(self) -> bytes:
+        """Checkpoint of the public model."""
+        return dump_state(self.trainer.state_dict())
+
+    def restore(self, state: bytes) -> None:
+        """Restore the public model."""
+        self.trainer.load_state_dict(load_state(state))
+
+
+def load_party_data(*, config: TrainConfig, party_id: str, table: RatingTable, user_order: Sequence[str],
+                    item_order: Sequence[str], total_items: int, rating_range: tuple[float, float],
+                    local_seed: int) -> PartyData:
+    """PartyData over the aligned users, randomized once per run when the run asks for DP."""
+    data = build_party_data(party_id=party_id, user_order=list(user_order), item_order=list(item_order),
+                            users=[str(u) for u in table.users.tolist()], items=[str(i) for i in table.items.tolist()],
+                            ratings=table.ratings, codes=table.codes, total_items=total_items,
+                            rating_min=rating_range[0], rating_max=rating_range[1])
+    return training_data(data, config=config, local_seed=local_seed)
+
+
+class VerFedGNNPlan:
+    """The registry's entry for VerFedGNN."""
+
+    name = "verfedgnn"
+
+    def config(self, raw: Mapping[str, Any], *, seed: int, rounds: int) -> TrainConfig:
+        """The engine config (the run's seed and rounds win)."""
+        return run_config({k: v for k, v in raw.items() if k != "protocol"}, seed=seed, rounds=rounds)
+
+    def load(self, *, config: Any, party_id: str, table: RatingTable, user_order: Sequence[str],
+             item_order: Sequence[str], total_items: int, rating_range: tuple[float, float],
+             local_seed: int) -> PartyData:
+        """The party's training data."""
+        return load_party_data(config=config, party_id=party_id, table=table, user_order=user_order,
+                               item_order=item_order, total_items=total_items, rating_range=rating_range,
+                               local_seed=local_seed)
+
+    def announce(self, data: PartyData) -> tuple[int, float]:
+        """Training interactions and their rating sum (for the global mean)."""
+        return len(data.train), float(data.train.ratings.sum())
+
+    def party(self, *, config: Any, data: PartyData, seeds: Seeds, item_counts: Mapping[str, int],
+              aggregation: PartyAggregation) -> VerFedGNNPartySide:
+        """A trainer whose Φ and private initialisation the coordinator cannot reproduce."""
+        trainer = seeded_trainer(config=config, data=data, seeds=seeds)
+        return VerFedGNNPartySide(trainer, VerFedGNNParty(trainer=trainer, item_counts=item_counts,
+                                                          aggregation=aggregation))
+
+    def engine(self, *, config: Any, n_users: int, item_counts: Mapping[str, int],
+               global_mean: float) -> VerFedGNNEngine:
+        """The coordinator's trainer."""
+        return VerFedGNNEngine(CoordinatorTrainer(config=config, n_users=n_users, item_counts=item_counts,
+                                                  global_mean=global_mean))
+
+    def secure_by_default(self, config: Any) -> bool:
+        """Masked sums unless the run turned secure aggregation off."""
+        return bool(config.secure_aggregation)
+
+
+PLAN = VerFedGNNPlan()
