@@ -1,4 +1,7 @@
-"""Same VerFedGNN training in-process and over HTTP (coordinator + party processes on loopback).
+"""Same training in-process and over HTTP (coordinator + party processes on loopback), any registered protocol.
+
+--protocol fedpergnn runs the FedPerGNN baseline through the same engine (in-process: the registry's
+plan over in-process links, seeded as the HTTP parties seed themselves).
 
 Prints one JSON line: seconds of the training rounds each way, their ratio, bytes per round per
 party, and both test RMSEs (same seeds, so they should agree to 4 decimals).
@@ -15,6 +18,7 @@ import json
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +26,16 @@ import httpx
 import torch
 
 from cli.localfed import CoordinatorClient, coordinator_proc, load_party, party_proc
+from services.crypto.secagg import SecAggParty
 from services.data.movielens import load_ml100k
 from services.data.splits import vertical_split_dataset
 from services.evaluation.runner import PRESETS, preset_values
+from services.federation import registry
+from services.federation.inprocess import InProcessRun
+from services.federation.plan import Seeds
 from services.verfedgnn.config import TrainConfig
-from services.verfedgnn.reference import run_reference
+from services.verfedgnn.reference import party_datas, run_reference
+from services.verfedgnn.secure import dev_party_secret
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -42,6 +51,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--party-threads", type=int, default=1,
                     help="torch threads per party process (parties run in parallel on the same cores)")
+    ap.add_argument("--protocol", default="verfedgnn", choices=["verfedgnn", "fedpergnn"],
+                    help="the registered protocol to run (fedpergnn: the baseline, over HTTP through the same engine)")
     ap.add_argument("--secure-aggregation", action="store_true",
                     help="mask every per-party message; also run the same HTTP training unmasked for comparison")
     args = ap.parse_args(argv)
@@ -52,7 +63,11 @@ def main(argv: list[str] | None = None) -> None:
     cfg |= {"secure_aggregation": args.secure_aggregation}
     config = TrainConfig(**cfg, seed=args.seed, rounds=args.rounds)
     torch.set_num_threads(args.party_threads)  # the same torch threads as each party process
-    ref = run_reference(parties=parts, config=config, rounds=args.rounds)
+    if args.protocol == "fedpergnn":
+        cfg = {"protocol": "fedpergnn", "train": cfg}
+        ref = _fedpergnn_reference(parts, cfg, args)
+    else:
+        ref = run_reference(parties=parts, config=config, rounds=args.rounds)
     print(f"in-process: {ref.seconds:.2f}s, test RMSE {ref.test_rmse:.4f}", file=sys.stderr)
 
     root = Path(tempfile.mkdtemp(prefix="fedrec-bench-"))
@@ -86,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
                  "rmse_plain": round(plain["rounds"][-1]["metrics"]["test_rmse"], 6),
                  "ratio_masked_over_plain": round(seconds_http / seconds_plain, 3)}
     print(json.dumps({
-        "secure_aggregation": args.secure_aggregation,
+        "protocol": args.protocol, "secure_aggregation": args.secure_aggregation,
         "data": f"ml-100k/{args.split}", "parties": args.parties, "model": args.model, "rounds": args.rounds,
         "preset": args.preset, "seed": args.seed, "party_threads": args.party_threads, "seconds_inprocess": round(ref.seconds, 3), "seconds_http": round(seconds_http, 3),
         "ratio": round(seconds_http / ref.seconds, 3), "seconds_http_total_with_psi_and_setup": round(total, 3),
@@ -96,6 +111,25 @@ def main(argv: list[str] | None = None) -> None:
         "rmse_inprocess": round(ref.test_rmse, 6), "rmse_http": round(rounds[-1]["metrics"]["test_rmse"], 6),
         **extra,
     }))
+
+
+@dataclass
+class _Ref:
+    seconds: float
+    test_rmse: float
+
+
+def _fedpergnn_reference(parts: dict[str, Any], cfg: dict[str, Any], args: argparse.Namespace) -> _Ref:
+    """FedPerGNN in one process through the registry's plan, seeded as the HTTP parties seed themselves."""
+    plan = registry.plan("fedpergnn")
+    config = plan.config(cfg, seed=args.seed, rounds=args.rounds)
+    datas = party_datas(parts)
+    sec = {p: SecAggParty(party_id=p, secret=dev_party_secret(p), run_id="reference") for p in datas}
+    seeds = {p: Seeds(0, s.derived_seed("local", args.seed)) for p, s in sec.items()}
+    started = time.perf_counter()
+    run = InProcessRun(plan=plan, config=config, datas=datas, seeds=seeds, secagg=sec)
+    history = [run.run_round(t) for t in range(args.rounds)]
+    return _Ref(time.perf_counter() - started, float(history[-1].rmse["test"]))
 
 
 def _http_run(cc: CoordinatorClient, args: argparse.Namespace, cfg: dict[str, Any]) -> dict[str, Any]:

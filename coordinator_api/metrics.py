@@ -37,7 +37,8 @@ class CoordinatorMetrics:
             self.party_bytes.labels(party, "sent").observe(n)
         for party, n in record.bytes_received.items():
             self.party_bytes.labels(party, "received").observe(n)
-        per_round = config.privacy_record()["quantization"]["dp_delta_per_round"]  # type: ignore[index]
+        quantization = config.privacy_record().get("quantization") or {}  # FedPerGNN has none
+        per_round = quantization.get("dp_delta_per_round")  # type: ignore[attr-defined]
         rounds = record.round_index + 1
         self.privacy.labels(run_id, "epsilon").set(0.0 if per_round is not None else float("inf"))
         self.privacy.labels(run_id, "delta").set(min(1.0, rounds * per_round) if per_round is not None else 1.0)

@@ -166,6 +166,10 @@ class SecAggParty:
         return out
 
     # ---- seed agreement ----------------------------------------------------------------------
+    def box_key(self, party_id: str) -> bytes:
+        """The key of boxes sealed for (and by) one peer within a round (double masking's key shares)."""
+        return _h(b"fedrec-step-seal", self._peer(party_id))
+
     def _box(self, party_id: str) -> nacl.secret.SecretBox:
         return nacl.secret.SecretBox(_h(b"fedrec-seal", self._peer(party_id)))
 

@@ -6,29 +6,44 @@ Flower's SecAgg+ workflow wraps an unchanged strategy:
 
 - `PlainSum` / `PlainUpload`: each party sends the protocol's own compact message (e.g. sparse
   ternary gradients); the coordinator decodes every message and adds them up (it sees each one).
-- `MaskedSum` / `MaskedUpload`: each party sends its value in fixed point plus pairwise masks that
-  cancel in the sum; the coordinator sees only the sum. A participant that drops out after the
-  masks were drawn is recovered from: the survivors reveal their masks with it, for that step only.
+- `MaskedSum` / `MaskedUpload`: double masking (`services.crypto.double_mask`): each party sends its
+  value in fixed point plus a self mask and pairwise masks, from step secrets it Shamir-shared among
+  the attempt's participants at `begin`; the coordinator sees only the sum. To unmask it, the
+  survivors reveal, once per step, shares of the survivors' self-mask seeds and of the dropped
+  parties' step keys — never both for one party — with a majority threshold.
 
 Either way the protocol's round is one sequence: it never knows which strategy carries its sums.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
-from services.crypto.secagg import SecAggParty, decode_fixed, encode_fixed, step_context
+from services.crypto.double_mask import (
+    StepSecrets,
+    combine_private,
+    combine_shares,
+    pairwise_masks,
+    public_key,
+    seal,
+    self_mask,
+    step_pair_key,
+    threshold_for,
+    unseal,
+)
+from services.crypto.secagg import SecAggParty, decode_fixed, encode_fixed, prg, step_context
 from services.errors import CryptoError, ProtocolError
 from services.federation.fanout import fan_out
 from services.federation.links import Link, Message, Step
 
 MIN_MASKED = 2  # a masked sum over one party would be that party's value in the clear
-RECOVERY = "recovery:"  # prefix of the step that recovers a masked step after a dropout
+RECOVERY = "recovery:"  # prefix of the step that unmasks a masked step's sum (after dropouts too)
 
 
 def message_bytes(message: object) -> int:
@@ -58,6 +73,10 @@ class Aggregation(Protocol):
     name: str
     min_participants: int
 
+    def opened(self, step: Step, answers: Mapping[str, Message], *, holders: Sequence[str]) -> None:
+        """Take what the parties published when the attempt began (`begin` answers)."""
+        ...
+
     def collect(self, *, links: Mapping[str, Link], step: Step, pool: Executor | None,
                 decode: Callable[[Message], np.ndarray]) -> Collected:
         """Ask every party for the step, return the flat float64 sum over those that answered."""
@@ -78,6 +97,9 @@ class PlainSum:
 
     name = "plain"
     min_participants = 1
+
+    def opened(self, step: Step, answers: Mapping[str, Message], *, holders: Sequence[str]) -> None:
+        """Nothing is published for plain sums."""
 
     def collect(self, *, links: Mapping[str, Link], step: Step, pool: Executor | None,
                 decode: Callable[[Message], np.ndarray]) -> Collected:
@@ -102,16 +124,46 @@ class PlainSum:
 
 
 class MaskedSum:
-    """Masked values whose masks cancel in the sum; dropouts recovered from the survivors' masks."""
+    """Double-masked values (self mask + pairwise masks, both Shamir-shared); the coordinator sees sums only.
+
+    `opened` keeps what the parties published at `begin` (each step's public keys, the sealed key
+    shares for each peer); `collect` relays each party's sealed shares with the first summed step,
+    sums the masked vectors, then asks the survivors, once, to reveal the self-mask seeds of the
+    survivors and the step keys of the parties that dropped, and removes both from the sum.
+    """
 
     name = "masked"
     min_participants = MIN_MASKED
 
+    def __init__(self) -> None:
+        self._attempt: tuple[int, int] | None = None
+        self._publics: dict[str, dict[str, bytes]] = {}  # label -> party -> step public key
+        self._inbox: dict[str, dict[str, str]] = {}  # recipient -> sender -> sealed shares
+        self._threshold = MIN_MASKED
+
+    def opened(self, step: Step, answers: Mapping[str, Message], *, holders: Sequence[str]) -> None:
+        """Keep the step keys and sealed shares the parties published when the attempt began."""
+        self._attempt = (step.round_index, step.attempt)
+        self._threshold = threshold_for(len(holders))
+        self._publics, self._inbox = {}, {}
+        for sender, answer in answers.items():
+            published = answer.get("secagg") or {}
+            for label, public in dict(published.get("publics") or {}).items():
+                self._publics.setdefault(str(label), {})[sender] = bytes.fromhex(str(public))
+            for recipient, box in dict(published.get("sealed") or {}).items():
+                self._inbox.setdefault(str(recipient), {})[sender] = str(box)
+
     def collect(self, *, links: Mapping[str, Link], step: Step, pool: Executor | None,
                 decode: Callable[[Message], np.ndarray]) -> Collected:
-        """Σ masked (mod 2^64), minus the survivors' masks with parties that dropped, decoded."""
+        """Σ masked (mod 2^64), minus the survivors' self masks and the dropped parties' pairwise masks."""
+        if self._attempt != (step.round_index, step.attempt):
+            raise ProtocolError(f"{_label(step)}: the attempt's key shares were not published at begin")
         names = sorted(links)
-        got, failed = _ask(links, step, pool)
+
+        def ask(link: Link) -> Message:
+            return link.call(step, {"participants": names, "sealed_in": self._inbox.get(link.party_id, {})})
+
+        got, failed = fan_out(pool, links, ask)
         failures = {p: f"{_label(step)}: {why}" for p, why in failed.items()}
         vectors: dict[str, np.ndarray] = {}
         for pid, answer in got.items():
@@ -122,23 +174,44 @@ class MaskedSum:
         sizes = {v.size for v in vectors.values()}
         if len(sizes) > 1:
             raise ProtocolError(f"{_label(step)}: masked vectors of different sizes {sorted(sizes)}")
-        if len(vectors) < MIN_MASKED:
-            return Collected(None, sorted(vectors), failures)
-        total = np.zeros(sizes.pop(), dtype=np.uint64)
+        sent = sum(int(v.nbytes) for v in vectors.values())
+        if len(vectors) < max(MIN_MASKED, self._threshold):
+            return Collected(None, sorted(vectors), failures, sent)
+        size = sizes.pop()
+        total = np.zeros(size, dtype=np.uint64)
         for v in vectors.values():
             total += v
-        sent = sum(int(v.nbytes) for v in vectors.values())
-        dropped = [p for p in names if p not in vectors]
-        if dropped:
-            survivors = {p: links[p] for p in sorted(vectors)}
-            ask = Step(RECOVERY + step.name, step.round_index, step.attempt, step.layer)
-            rec, failed = fan_out(pool, survivors, lambda link: link.call(ask, {"dropped": dropped}))
-            if failed:  # the sum cannot be unmasked: the caller abandons the attempt (retried with fresh masks)
-                failures.update({p: f"recovery of {_label(step)}: {why}" for p, why in failed.items()})
-                return Collected(None, [], failures, sent)
-            for answer in rec.values():
-                total -= np.asarray(answer["mask"], dtype=np.uint64).ravel()
-        return Collected(decode_fixed(total), sorted(vectors), failures, sent)
+        survivors, dropped = sorted(vectors), [p for p in names if p not in vectors]
+        reveal = Step(RECOVERY + step.name, step.round_index, step.attempt, step.layer)
+        request: Message = {"survivors": survivors, "dropped": dropped}
+        shares, failed = fan_out(pool, {p: links[p] for p in survivors}, lambda link: link.call(reveal, request))
+        failures.update({p: f"unmasking {_label(step)}: {why}" for p, why in failed.items()})
+        if len(shares) < self._threshold:  # the sum cannot be unmasked: the caller abandons the attempt
+            return Collected(None, [], failures, sent)
+        try:
+            total -= self._unmask(step, shares, survivors, dropped, size)
+        except (CryptoError, KeyError, TypeError, ValueError) as exc:
+            failures.update({p: f"unmasking {_label(step)}: {exc}" for p in survivors})
+            return Collected(None, [], failures, sent)
+        return Collected(decode_fixed(total), survivors, failures, sent)
+
+    def _unmask(self, step: Step, shares: Mapping[str, Message], survivors: Sequence[str], dropped: Sequence[str],
+                size: int) -> np.ndarray:
+        """The masks to remove: each survivor's self mask, and each survivor's pairwise mask with a dropped party."""
+        ctx = step_context(round_index=step.round_index, attempt=step.attempt, step=step.name, layer=step.layer)
+        publics = self._publics[step_label(step)]
+        out = np.zeros(size, dtype=np.uint64)
+        for s in survivors:
+            seed = combine_shares([tuple(a["seed"][s]) for a in shares.values()], threshold=self._threshold)
+            out += self_mask(seed, context=ctx, size=size)
+        for d in dropped:
+            private = combine_private([a["key"][d] for a in shares.values()], threshold=self._threshold)
+            if public_key(private) != publics[d]:
+                raise CryptoError(f"the shares of {d}'s step key do not combine to its published key")
+            for s in survivors:  # s added +PRG(k_sd) when s < d, −PRG(k_sd) otherwise
+                m = prg(step_pair_key(private, publics[s], context=ctx, ids=(d, s)), ctx, size)
+                out = out + m if s < d else out - m
+        return out
 
 
 # ---- party side ----------------------------------------------------------------------------------
@@ -155,13 +228,30 @@ class PartyAggregation(Protocol):
 
     name: str
 
-    def wrap(self, step: Step, participants: Sequence[str], contribution: Contribution) -> Message:
+    def open_round(self, step: Step, participants: Sequence[str], labels: Sequence[str]) -> Message:
+        """At `begin`: what the strategy publishes for the attempt's summed steps (nothing when plain)."""
+        ...
+
+    def wrap(self, step: Step, message: Message, contribution: Contribution) -> Message:
         """The wire answer carrying this party's value for the step."""
         ...
 
     def recover(self, step: Step, message: Message) -> Message:
-        """Answer a recovery request for a masked step (refused by strategies that mask nothing)."""
+        """Answer an unmasking request for a masked step (refused by strategies that mask nothing)."""
         ...
+
+
+def step_label(step: Step) -> str:
+    """The summed step a secret belongs to: its name and layer (the recovery prefix dropped)."""
+    return f"{step.name.removeprefix(RECOVERY)}|{step.layer}"
+
+
+def participants_of(message: Message, field: str = "participants") -> tuple[str, ...]:
+    """A sorted, de-duplicated id list from a message (ProtocolError naming the field)."""
+    try:
+        return tuple(sorted({str(p) for p in list(message[field])}))
+    except (KeyError, TypeError) as exc:
+        raise ProtocolError(f"the step names its {field}", extra={"field": field}) from exc
 
 
 class PlainUpload:
@@ -169,7 +259,11 @@ class PlainUpload:
 
     name = "plain"
 
-    def wrap(self, step: Step, participants: Sequence[str], contribution: Contribution) -> Message:
+    def open_round(self, step: Step, participants: Sequence[str], labels: Sequence[str]) -> Message:
+        """Nothing to publish."""
+        return {}
+
+    def wrap(self, step: Step, message: Message, contribution: Contribution) -> Message:
         """The contribution's message."""
         return contribution.message()
 
@@ -179,72 +273,145 @@ class PlainUpload:
                             extra={"field": "step"})
 
 
+@dataclass
+class _Attempt:
+    """A party's double-masking state for one round attempt."""
+
+    round_index: int
+    attempt: int
+    holders: tuple[str, ...]
+    threshold: int
+    secrets: dict[str, StepSecrets]  # label -> own step secrets
+    publics: dict[str, dict[str, bytes]] = field(default_factory=dict)  # label -> party -> step public key
+    shares: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # label -> owner -> my shares
+    accepted: bool = False
+    masked: dict[str, tuple[str, ...]] = field(default_factory=dict)  # label -> participants masked with
+    revealed: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
+
+
 class MaskedUpload:
-    """Values in fixed point plus pairwise masks with the step's participants (one masking per value)."""
+    """Double masking at a party: fresh step secrets per attempt, Shamir-shared at begin, revealed once per step.
+
+    A value of a round is masked for one participant set only (a second set, in any attempt, would
+    let two sums differ by this party's value); an unmasking request is answered once per step,
+    for a partition of the parties this party masked with into survivors (self-mask seed shares)
+    and dropped (step-key shares), so no party's two secrets ever leave here for the same step.
+    """
 
     name = "masked"
 
-    def __init__(self, *, secagg: SecAggParty, parties: Sequence[str]) -> None:
+    def __init__(self, *, secagg: SecAggParty, parties: Sequence[str],
+                 random_bytes: Callable[[int], bytes] = os.urandom) -> None:
         self.secagg = secagg
         self.parties = frozenset(parties)
-        # (round, step, layer) -> (attempt, participants, size): what this party masked, and with whom
-        self._masked: dict[tuple[int, str, int], tuple[int, tuple[str, ...], int]] = {}
-        self._recovered: dict[tuple[int, int, str, int], tuple[str, ...]] = {}
+        self.random_bytes = random_bytes
+        self._attempt: _Attempt | None = None
+        self._sets: dict[tuple[int, str], tuple[str, ...]] = {}  # (round, label) -> the one set it was masked for
 
     @property
     def party_id(self) -> str:
         """Id of this party."""
         return self.secagg.party_id
 
-    def _participants(self, participants: Sequence[str]) -> tuple[str, ...]:
-        names = tuple(sorted({str(p) for p in participants}))
-        if self.party_id not in names or len(names) < MIN_MASKED:
-            raise ProtocolError(f"a masked step needs this party and another participant, got {list(names)}",
-                                extra={"field": "participants"})
-        unknown = [p for p in names if p not in self.parties]
-        if unknown:
-            raise ProtocolError(f"unknown participants {unknown}", extra={"field": "participants"})
-        return names
+    def _context(self, round_index: int, attempt: int, sender: str, recipient: str) -> str:
+        return f"{self.secagg.run_id}|r{round_index}|a{attempt}|{sender}>{recipient}"
 
-    def wrap(self, step: Step, participants: Sequence[str], contribution: Contribution) -> Message:
-        """Mask the value once per (round, step, layer): never again for another set or attempt's set."""
-        names = self._participants(participants)
-        key = (step.round_index, step.name, step.layer)
-        before = self._masked.get(key)
-        if before is not None and before[1] != names:
-            # two maskings of one value over different sets differ by masks a recovery could reveal
-            raise ProtocolError(f"{step.name} of round {step.round_index} was already masked for other "
-                                f"participants {list(before[1])}", extra={"field": "participants"})
+    def open_round(self, step: Step, participants: Sequence[str], labels: Sequence[str]) -> Message:
+        """Draw this attempt's step secrets, share them among the participants, seal each peer's shares."""
+        holders = tuple(sorted({str(p) for p in participants}))
+        if self.party_id not in holders or len(holders) < MIN_MASKED or not set(holders) <= self.parties:
+            raise ProtocolError(f"a masked round needs this party and known peers, got {list(holders)}",
+                                extra={"field": "participants"})
+        t = threshold_for(len(holders))
+        secrets = {label: StepSecrets.draw(self.random_bytes) for label in labels}
+        att = _Attempt(step.round_index, step.attempt, holders, t, secrets)
+        per_holder = {label: sec.shares(holders=holders, threshold=t) for label, sec in secrets.items()}
+        for label, sec in secrets.items():
+            att.publics.setdefault(label, {})[self.party_id] = sec.public
+            att.shares.setdefault(label, {})[self.party_id] = per_holder[label][self.party_id]
+        sealed = {}
+        for v in holders:
+            if v == self.party_id:
+                continue
+            payload = {label: {"public": secrets[label].public.hex(), **per_holder[label][v]} for label in secrets}
+            try:
+                key = self.secagg.box_key(v)
+            except CryptoError as exc:
+                raise ProtocolError(exc.detail, extra={"field": "participants"}) from exc
+            sealed[v] = seal(key, payload, context=self._context(step.round_index, step.attempt, self.party_id, v))
+        self._attempt = att
+        return {"secagg": {"publics": {label: sec.public.hex() for label, sec in secrets.items()}, "sealed": sealed}}
+
+    def _current(self, step: Step) -> _Attempt:
+        att = self._attempt
+        if att is None or (att.round_index, att.attempt) != (step.round_index, step.attempt):
+            raise ProtocolError(f"round {step.round_index} attempt {step.attempt} has no key shares here "
+                                "(it begins with begin)", extra={"field": "round_index"})
+        return att
+
+    def _accept(self, att: _Attempt, inbox: Mapping[str, Any]) -> None:
+        """Open the peers' sealed shares addressed to this party (once per attempt)."""
+        if att.accepted:
+            return
+        for sender, box in dict(inbox).items():
+            sender = str(sender)
+            if sender not in att.holders or sender == self.party_id:
+                raise ProtocolError(f"key shares from {sender}, not a participant of the attempt",
+                                    extra={"field": "sealed_in"})
+            try:
+                payload = unseal(self.secagg.box_key(sender), str(box),
+                                 context=self._context(att.round_index, att.attempt, sender, self.party_id))
+                for label in att.secrets:
+                    entry = dict(payload[label])  # type: ignore[call-overload]
+                    att.publics.setdefault(label, {})[sender] = bytes.fromhex(str(entry["public"]))
+                    att.shares.setdefault(label, {})[sender] = {"seed": entry["seed"], "key": entry["key"]}
+            except (CryptoError, KeyError, TypeError, ValueError) as exc:
+                raise ProtocolError(f"key shares of {sender} do not open: {exc}", extra={"field": "sealed_in"}) from exc
+        att.accepted = True
+
+    def wrap(self, step: Step, message: Message, contribution: Contribution) -> Message:
+        """encode(x) + self mask + pairwise masks with the step's participants (each must have shared its keys)."""
+        att = self._current(step)
+        self._accept(att, message.get("sealed_in") or {})
+        names = participants_of(message)
+        label = step_label(step)
+        if self.party_id not in names or len(names) < MIN_MASKED or not set(names) <= set(att.holders):
+            raise ProtocolError(f"a masked step needs this party and other participants of the attempt, got "
+                                f"{list(names)}", extra={"field": "participants"})
+        missing = [p for p in names if p not in att.publics.get(label, {})]
+        if label not in att.secrets or missing:
+            raise ProtocolError(f"{label}: no step keys from {missing or 'this party'}", extra={"field": "participants"})
+        first = self._sets.setdefault((step.round_index, label), names)
+        if first != names:
+            # two sums of one value over different sets differ by the values of the parties left out
+            raise ProtocolError(f"{step.name} of round {step.round_index} was already masked for "
+                                f"{list(first)}", extra={"field": "participants"})
         value = encode_fixed(contribution.vector())
         ctx = step_context(round_index=step.round_index, attempt=step.attempt, step=step.name, layer=step.layer)
-        try:
-            masked = self.secagg.mask(value, participants=names, context=ctx)
-        except CryptoError as exc:
-            raise ProtocolError(exc.detail, extra={"field": "participants"}) from exc
-        self._masked[key] = (step.attempt, names, int(value.size))
+        own = att.secrets[label]
+        peers = {p: att.publics[label][p] for p in names if p != self.party_id}
+        masked = (value + self_mask(own.seed, context=ctx, size=value.size)
+                  + pairwise_masks(own.private, me=self.party_id, peers=peers, context=ctx, size=value.size))
+        att.masked[label] = names
         return {"masked": masked}
 
     def recover(self, step: Step, message: Message) -> Message:
-        """This party's masks with parties that dropped out of a step it masked with them, once per step."""
-        name = step.name.removeprefix(RECOVERY)
-        try:
-            dropped = tuple(sorted({str(p) for p in list(message["dropped"])}))
-        except (KeyError, TypeError) as exc:
-            raise ProtocolError("a recovery request names the dropped parties", extra={"field": "dropped"}) from exc
-        masked = self._masked.get((step.round_index, name, step.layer))
-        if masked is None or masked[0] != step.attempt:
-            raise ProtocolError(f"{name} of round {step.round_index} attempt {step.attempt} was not masked here",
+        """Once per step: shares of the survivors' self-mask seeds and of the dropped parties' step keys."""
+        att = self._current(step)
+        label = step_label(step)
+        names = att.masked.get(label)
+        if names is None:
+            raise ProtocolError(f"{label} of round {step.round_index} attempt {step.attempt} was not masked here",
                                 extra={"field": "step"})
-        _, names, size = masked
-        if not dropped or self.party_id in dropped or not set(dropped) <= set(names):
-            raise ProtocolError(f"recovery only for peers this party masked {name} with: {list(names)}",
-                                extra={"field": "dropped"})
-        key = (step.round_index, step.attempt, name, step.layer)
-        if self._recovered.setdefault(key, dropped) != dropped:
-            raise ProtocolError(f"{name} was already recovered for {list(self._recovered[key])}",
-                                extra={"field": "dropped"})
-        ctx = step_context(round_index=step.round_index, attempt=step.attempt, step=name, layer=step.layer)
-        return {"mask": self.secagg.recovery(dropped=dropped, size=size, context=ctx)}
+        survivors, dropped = participants_of(message, "survivors"), participants_of(message, "dropped")
+        if (set(survivors) & set(dropped) or set(survivors) | set(dropped) != set(names)
+                or self.party_id not in survivors):
+            raise ProtocolError(f"survivors and dropped must split the parties masked with, {list(names)}, "
+                                "with this party a survivor", extra={"field": "dropped"})
+        if att.revealed.setdefault(label, (survivors, dropped)) != (survivors, dropped):
+            raise ProtocolError(f"{label} was already unmasked for another set of survivors", extra={"field": "dropped"})
+        mine = att.shares[label]
+        return {"seed": {s: mine[s]["seed"] for s in survivors}, "key": {d: mine[d]["key"] for d in dropped}}
 
 
 def party_aggregation(*, secure: bool, secagg: SecAggParty, parties: Sequence[str]) -> PartyAggregation:

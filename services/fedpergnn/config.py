@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from services.fedpergnn.ldp import ldp_epsilon
-from services.verfedgnn.config import TrainConfig
+from services.verfedgnn.config import RunGuarantee, TrainConfig
 
 
 class FedPerGNNConfig(BaseModel):
@@ -25,6 +25,10 @@ class FedPerGNNConfig(BaseModel):
                           "rows with no real gradient)")
     expand_every: int = Field(1, ge=1, description="rounds between graph expansions (FedPerGNN: once per epoch; "
                               "a full-batch round is an epoch here)")
+
+    def guarantee(self) -> RunGuarantee:
+        """The whole-run interaction-level DP guarantee of the shared training settings (randomized response)."""
+        return self.train.guarantee()
 
     def privacy_record(self) -> dict[str, object]:
         """The mechanisms of this run and their parameters (as a run status shows them)."""

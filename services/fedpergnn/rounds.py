@@ -109,12 +109,12 @@ class FedPerGNNHandler:
             if not isinstance(public, dict):
                 raise ProtocolError("begin carries the public parameters", extra={"field": "public"})
             self.party.begin(round_index=step.round_index, public=public)
-            return {}
+            return self.aggregation.open_round(step, [str(p) for p in message.get("participants", [])], ["finish|-1"])
         if step.name == "finish":
             upload = self.party.finish()
             n_users, gs = self.party.data.n_users, self.party.fed_config.train.grad_scale
             layout = finish_layout(self.party.public.arrays())
-            return self.aggregation.wrap(step, [str(p) for p in message.get("participants", [])], Contribution(
+            return self.aggregation.wrap(step, message, Contribution(
                 vector=lambda: finish_vector(to_gradient_upload(upload, n_users=n_users, grad_scale=gs),
                                              grad_scale=gs, layout=layout),
                 message=lambda: ldp_tree(upload)))
@@ -152,7 +152,9 @@ def play_round(*, coord: CoordinatorTrainer, relay: Relay, config: FedPerGNNConf
             return RoundOutcome(None, sorted(alive), failures)
     public = coord.public_params()
     begin = Step("begin", round_index, attempt)
-    res, failed = fan_out(pool, alive, lambda link: link.call(begin, {"public": public}))
+    opening: Message = {"public": public, "participants": sorted(alive)}
+    res, failed = fan_out(pool, alive, lambda link: link.call(begin, opening))
+    agg.opened(begin, res, holders=opening["participants"])
     if not keep(res, failed, "begin"):
         return RoundOutcome(None, sorted(alive), failures)
     layout = finish_layout(public)

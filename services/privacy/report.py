@@ -13,8 +13,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from services.verfedgnn.config import TrainConfig
-
 MEASURED_FILE = Path(__file__).with_name("measured_attacks.json")
 SCHEMA = 1
 # (use_projection, use_quantization) -> the benchmark's protocol row with those mechanisms
@@ -73,7 +71,7 @@ def protocol_figures(measured: dict[str, Any], protocol: str) -> dict[str, Any]:
     return out
 
 
-def privacy_report(config: TrainConfig, *, measured: dict[str, Any] | None = None) -> dict[str, Any]:
+def privacy_report(config: Any, *, measured: dict[str, Any] | None = None) -> dict[str, Any]:
     """Mechanisms and parameters of a run, and the measured attack F1 of the benchmark row with the same mechanisms.
 
     `settings_match` is False (and `differences` names the parameters) when the run's privacy
@@ -82,6 +80,9 @@ def privacy_report(config: TrainConfig, *, measured: dict[str, Any] | None = Non
     """
     data = load_measured() if measured is None else measured
     record = config.privacy_record()
+    if not hasattr(config, "use_projection"):  # the FedPerGNN baseline: its own mechanisms, its measured row
+        return {"mechanisms": record, "protocol": BASELINE,
+                "measured": {"figures": protocol_figures(data, BASELINE), "settings_match": None}}
     row = ROWS.get((config.use_projection, config.use_quantization))
     report: dict[str, Any] = {"mechanisms": record, "protocol": row, "measured": None}
     if row is None:

@@ -105,14 +105,15 @@ class VerFedGNNParty:
         if step.name == "begin":
             self._own = {}
             self.trainer.begin_round(round_index=step.round_index, public=self._public(message))
-            return {}
+            labels = [f"projection|{k}" for k in range(self.trainer.public.config.n_layers)] + ["finish|-1"]
+            return self.aggregation.open_round(step, _participants(message), labels)
         if step.name == "projection":
-            return self.aggregation.wrap(step, _participants(message), self._projection(step.layer))
+            return self.aggregation.wrap(step, message, self._projection(step.layer))
         if step.name == "total":
             self._total(step.layer, message)
             return {}
         if step.name == "finish":
-            return self.aggregation.wrap(step, _participants(message), self._finish())
+            return self.aggregation.wrap(step, message, self._finish())
         if step.name.startswith("recovery:"):
             return self.aggregation.recover(step, message)
         raise ProtocolError(f"unknown step {step.name!r}", extra={"field": "step"})
@@ -202,7 +203,9 @@ def run_round(
 
     public = coord.public_params()
     begin = Step("begin", round_index, attempt)
-    res, failed = fan_out(pool, alive, lambda link: link.call(begin, {"public": public}))
+    opening: Message = {"public": public, "participants": sorted(alive)}
+    res, failed = fan_out(pool, alive, lambda link: link.call(begin, opening))
+    agg.opened(begin, res, holders=opening["participants"])
     if not keep(list(res), {p: f"begin: {why}" for p, why in failed.items()}):
         return RoundOutcome(None, sorted(alive), failures)
     for layer in range(coord.public.config.n_layers):

@@ -168,8 +168,8 @@ def test_refused_calls_change_nothing(done: tuple[Federation, dict[str, Any], li
         (begin, good, pack_tree({"public": public}), 422, "validation_failed"),  # wrong names
         (f"{url}/{nxt}/steps/total?attempt=0&layer=0", good, b"junk", 409, "protocol_error"),  # not begun
         (f"{url}/{nxt}/steps/finish?attempt=0", good, b"", 409, "protocol_error"),
-        (f"{url}/{nxt - 1}/steps/recovery:projection?attempt=0&layer=0", good,
-         pack_tree({"dropped": ["p0"]}), 409, "protocol_error"),  # a finished round: nothing to reveal
+        (f"{url}/{nxt - 1}/steps/recovery:projection?attempt=1&layer=0", good,
+         pack_tree({"survivors": ["p1", "p2"], "dropped": ["p0"]}), 409, "protocol_error"),  # nothing to reveal
         (f"{url}/{nxt}/steps/Bad%20Step?attempt=0", good, b"", 422, "validation_failed"),
     ]
     for target, headers, body, code, kind in cases:

@@ -22,7 +22,7 @@ def test_party_killed_mid_masked_round_the_round_completes_without_it_and_the_ru
     # round has begun at every party and the layer-0 sum has been unmasked with p2 in it.
     dying = parties["p2"]
     port = dying.url.rsplit(":", 1)[1]
-    parties["p2"] = Proc("p2", dying.url, {**dying.env, "DIE_AT": f"/rounds/{KILL_ROUND}/layers/1/masked"},
+    parties["p2"] = Proc("p2", dying.url, {**dying.env, "DIE_AT": f"/rounds/{KILL_ROUND}/steps/projection?attempt=0&layer=1"},
                          [sys.executable, "-m", "tests.support.dying_party", "--port", port], dying.log)
     coord = coordinator_proc(tmp_path, extra_env=FAST_FAULTS)
     try:

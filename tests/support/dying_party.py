@@ -1,7 +1,7 @@
 """`python -m tests.support.dying_party --port P`: a real party process that SIGKILLs itself mid-round.
 
 The party service of `party_api`, unchanged, behind an ASGI wrapper: when a request path ends with
-$DIE_AT (e.g. "/rounds/3/layers/1/masked"), the process kills itself with SIGKILL before answering,
+$DIE_AT (e.g. "/rounds/3/steps/projection?attempt=0&layer=1"), the process kills itself with SIGKILL before answering,
 so a test can crash a party at an exact step of a round (no cleanup, like any crash).
 """
 
@@ -20,13 +20,14 @@ from services.db.session import migrate
 
 
 class DieAt:
-    """ASGI wrapper: SIGKILL this process on the first request whose path ends with `suffix`."""
+    """ASGI wrapper: SIGKILL this process on the first request whose path (with its query) ends with `suffix`."""
 
     def __init__(self, app: Any, suffix: str) -> None:
         self.app, self.suffix = app, suffix
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"].endswith(self.suffix):
+        if scope["type"] == "http" and (scope["path"] + "?" + scope.get("query_string", b"").decode()).endswith(
+                self.suffix):
             os.kill(os.getpid(), signal.SIGKILL)
         await self.app(scope, receive, send)
 

@@ -66,7 +66,7 @@ THIRD_PARTY: dict[str, frozenset[str]] = {
     "services.config": frozenset({"pydantic", "pydantic_settings"}),
     "services.db": frozenset({"sqlalchemy", "alembic"}),
     "models": frozenset({"torch", "numpy", "pydantic"}),
-    "services.crypto": frozenset({"numpy", "scipy", "phe", "gmpy2", "nacl", "dp_accounting"}),
+    "services.crypto": frozenset({"numpy", "scipy", "phe", "gmpy2", "nacl", "dp_accounting", "Crypto"}),
     "services.protocol": frozenset({"numpy", "pydantic"}),
     "services.data": frozenset({"numpy"}),
 }

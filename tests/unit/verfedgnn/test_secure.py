@@ -58,8 +58,10 @@ def test_wire_audit_no_unmasked_per_party_value_reaches_the_coordinator() -> Non
     log = MessageLog(keep=lambda r: r.direction == "up")
     masked.links = {p: RecordingLink(link, log) for p, link in masked.links.items()}
     masked.run_round(0)
-    seen = [np.asarray(r.payload["masked"]) for r in log.records if r.payload]
-    assert all(set(r.payload) <= {"masked"} for r in log.records)  # nothing but masked vectors goes up
+    seen = [np.asarray(r.payload["masked"]) for r in log.records if r.step.name in ("projection", "finish")]
+    # up: masked vectors, the begin's public step keys and sealed shares, the survivors' seed shares
+    assert all(set(r.payload) <= {"masked", "secagg", "seed", "key"} for r in log.records)
+    assert all(not r.payload.get("key") for r in log.records if r.step.name.startswith("recovery:"))
     for p, trainer in plain.parties.items():  # what each party would have sent in the clear
         trainer.begin_round(round_index=0, public=plain.coordinator.public_params())
         y = trainer.layer_projection(layer=0).astype(np.float64).ravel()
