@@ -206,8 +206,9 @@ class PartyClient:
         path = self._step_path(run_id, step.round_index, step.attempt, "steps", step.name)
         if step.layer >= 0:
             path += f"&layer={int(step.layer)}"
+        answer = self.post_bytes(path, pack_tree(message) if message else b"")
         try:
-            return dict(unpack_tree(self.post_bytes(path, pack_tree(message) if message else b"")))
+            return dict(unpack_tree(answer))
         except ProtocolError as exc:
             raise ProtocolError(f"{self.party_id}: malformed {step.name} answer: {exc.detail}") from exc
 

@@ -1,7 +1,7 @@
 """FedPerGNN over the federation runtime: coordinator (public parameters), relay (graph expansion), parties.
 
-A round: [expansion: every party → relay → every party] → begin (public parameters down) →
-finish (LDP uploads up, a summed step of the run's aggregation strategy) → the coordinator steps
+A round: begin (public parameters down) → [expansion: every party → relay → every party] →
+finish (the forward over the expanded graph, LDP uploads up, a summed step of the run's aggregation strategy) → the coordinator steps
 VerFedGNN's `CoordinatorTrainer` (same public parameters, optimizer and weight decay, so the two
 protocols differ only in what crosses the wire). The same `play_round` runs over in-process links
 and over HTTP; `services.federation.links.RecordingLink` keeps a copy of each message for audits.
@@ -94,6 +94,7 @@ class FedPerGNNHandler:
     def __init__(self, party: FedPerGNNParty, aggregation: PartyAggregation | None = None) -> None:
         self.party = party
         self.aggregation = aggregation or PlainUpload()
+        self._public: tuple[int, dict[str, np.ndarray]] | None = None
 
     def handle(self, step: Step, message: Message) -> Message:
         """Answer one step."""
@@ -108,9 +109,12 @@ class FedPerGNNHandler:
             public = message.get("public")
             if not isinstance(public, dict):
                 raise ProtocolError("begin carries the public parameters", extra={"field": "public"})
-            self.party.begin(round_index=step.round_index, public=public)
+            self._public = (step.round_index, public)  # the forward runs at finish, over the expanded graph
             return self.aggregation.open_round(step, [str(p) for p in message.get("participants", [])], ["finish|-1"])
         if step.name == "finish":
+            if self._public is None or self._public[0] != step.round_index:
+                raise ProtocolError("finish before begin", extra={"field": "step"})
+            self.party.begin(round_index=step.round_index, public=self._public[1])
             upload = self.party.finish()
             n_users, gs = self.party.data.n_users, self.party.fed_config.train.grad_scale
             layout = finish_layout(self.party.public.arrays())
@@ -126,7 +130,7 @@ class FedPerGNNHandler:
 def play_round(*, coord: CoordinatorTrainer, relay: Relay, config: FedPerGNNConfig, links: Mapping[str, Link],
                round_index: int, attempt: int = 0, min_parties: int | None = None, pool: Executor | None = None,
                aggregation: Aggregation | None = None) -> RoundOutcome:
-    """[expansion] → begin → finish (summed) → one optimizer step; a failing party is left out."""
+    """begin → [expansion] → finish (forward over the expanded graph, summed) → one optimizer step."""
     agg = aggregation or PlainSum()
     alive = dict(sorted(links.items()))
     need = max(agg.min_participants, len(alive) if min_parties is None else min_parties)
@@ -139,6 +143,13 @@ def play_round(*, coord: CoordinatorTrainer, relay: Relay, config: FedPerGNNConf
                 alive.pop(p)
         return len(alive) >= need
 
+    public = coord.public_params()
+    begin = Step("begin", round_index, attempt)
+    opening: Message = {"public": public, "participants": sorted(alive)}
+    res, failed = fan_out(pool, alive, lambda link: link.call(begin, opening))
+    agg.opened(begin, res, holders=opening["participants"])
+    if not keep(res, failed, "begin"):
+        return RoundOutcome(None, sorted(alive), failures)
     if round_index % config.expand_every == 0:
         up_step = Step("expansion_upload", round_index, attempt)
         ups, failed = fan_out(pool, alive, lambda link: link.call(up_step, {}))
@@ -150,13 +161,6 @@ def play_round(*, coord: CoordinatorTrainer, relay: Relay, config: FedPerGNNConf
         res, failed = fan_out(pool, alive, lambda link: link.call(down_step, _tree(downs[link.party_id])))
         if not keep(res, failed, "expansion_download"):
             return RoundOutcome(None, sorted(alive), failures)
-    public = coord.public_params()
-    begin = Step("begin", round_index, attempt)
-    opening: Message = {"public": public, "participants": sorted(alive)}
-    res, failed = fan_out(pool, alive, lambda link: link.call(begin, opening))
-    agg.opened(begin, res, holders=opening["participants"])
-    if not keep(res, failed, "begin"):
-        return RoundOutcome(None, sorted(alive), failures)
     layout = finish_layout(public)
     n_users, gs = coord.n_users, config.train.grad_scale
 

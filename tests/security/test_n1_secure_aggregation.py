@@ -1,0 +1,121 @@
+"""N1: a coordinator that deviates from the protocol cannot unmask one party's value (double masking).
+
+The second probe's sequence: after party0's masked upload, ask party1 to "recover" party0, and ask
+for a re-mask of the same value under another attempt with another participant set. The party side
+here is the code the HTTP parties run (`VerFedGNNParty` behind `MaskedUpload`); the coordinator is
+played by hand, step by step, and deviates.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from services.crypto.double_mask import combine_shares
+from services.crypto.secagg import SecAggParty, decode_fixed, prg, step_context
+from services.errors import CryptoError, ProtocolError
+from services.federation.aggregation import MaskedSum, MaskedUpload
+from services.federation.links import Message, Step
+from services.verfedgnn.config import TrainConfig
+from services.verfedgnn.coordinator import CoordinatorTrainer
+from services.verfedgnn.party import PartyTrainer
+from services.verfedgnn.rounds import InProcessFederation
+from services.verfedgnn.secure import agree_in_process
+from tests.unit.verfedgnn.test_engine import tiny_parties
+
+CFG = TrainConfig(model="gcn", dim=4, layers=2, thd=1.0, seed=2)
+NAMES = ["p0", "p1", "p2"]
+
+
+def _federation(masked: bool) -> InProcessFederation:
+    datas = tiny_parties(items=(12, 8, 10))
+    coord = CoordinatorTrainer(config=CFG, n_users=40, global_mean=3.0, item_counts={p.party_id: p.n_items for p in datas})
+    trainers = {p.party_id: PartyTrainer(config=CFG, data=p, seed=CFG.seed) for p in datas}
+    if not masked:
+        return InProcessFederation(coordinator=coord, parties=trainers)
+    sec = {p: SecAggParty(party_id=p, secret=p.encode() * 16, run_id="r") for p in trainers}
+    agree_in_process(sec, run_seed=CFG.seed)
+    masks = {p: MaskedUpload(secagg=sec[p], parties=NAMES) for p in trainers}
+    return InProcessFederation(coordinator=coord, parties=trainers, aggregations=masks, aggregation=MaskedSum())
+
+
+def _true_projection(party: str) -> np.ndarray:
+    plain = _federation(masked=False)
+    trainer = plain.parties[party]
+    trainer.begin_round(round_index=0, public=plain.coordinator.public_params())
+    return trainer.layer_projection(layer=0).astype(np.float64).ravel()
+
+
+def _begin(fed: InProcessFederation, attempt: int, names: list[str]) -> dict[str, Message]:
+    step = Step("begin", 0, attempt)
+    answers = {p: fed.links[p].call(step, {"public": fed.coordinator.public_params(), "participants": names})
+               for p in names}
+    return answers
+
+
+def _inbox(answers: dict[str, Message], recipient: str) -> dict[str, str]:
+    return {sender: a["secagg"]["sealed"][recipient] for sender, a in answers.items() if sender != recipient}
+
+
+def test_recovery_of_a_party_that_did_not_drop_reveals_nothing_of_it() -> None:
+    fed = _federation(masked=True)
+    opened = _begin(fed, 0, NAMES)
+    step = Step("projection", 0, 0, 0)
+    masked = {p: np.asarray(fed.links[p].call(step, {"participants": NAMES, "sealed_in": _inbox(opened, p)})["masked"])
+              for p in ["p0"]}
+    reveal = Step("recovery:projection", 0, 0, 0)
+    # the probe's request: party1 asked to "recover" party0 right after party0's upload; party1 masked nothing yet
+    with pytest.raises(ProtocolError, match="not masked here"):
+        fed.links["p1"].call(reveal, {"survivors": ["p1", "p2"], "dropped": ["p0"]})
+    for p in ("p1", "p2"):
+        masked[p] = np.asarray(fed.links[p].call(step, {"participants": NAMES, "sealed_in": _inbox(opened, p)})["masked"])
+    # the coordinator lies to the others that p0 dropped: it gets p0's step key (t = 2 of 3 shares) ...
+    lies = {p: fed.links[p].call(reveal, {"survivors": ["p1", "p2"], "dropped": ["p0"]}) for p in ("p1", "p2")}
+    from services.crypto.double_mask import combine_private, public_key, step_pair_key
+
+    private = combine_private([a["key"]["p0"] for a in lies.values()], threshold=2)
+    assert public_key(private).hex() == opened["p0"]["secagg"]["publics"]["projection|0"]
+    ctx = step_context(round_index=0, attempt=0, step="projection", layer=0)
+    size = masked["p0"].size
+    pairwise = np.zeros(size, dtype=np.uint64)
+    for v in ("p1", "p2"):
+        public = bytes.fromhex(opened[v]["secagg"]["publics"]["projection|0"])
+        pairwise += prg(step_pair_key(private, public, context=ctx, ids=("p0", v)), ctx, size)  # p0 < v: +
+    # ... and removes p0's pairwise masks: p0's self mask still hides its projection
+    guess = decode_fixed(masked["p0"] - pairwise)
+    y0 = _true_projection("p0")
+    assert np.max(np.abs(guess - y0)) > 1e3
+    # the self-mask seed of p0 needs 2 shares: p1 and p2 already answered another partition and refuse
+    for p in ("p1", "p2"):
+        with pytest.raises(ProtocolError, match="already unmasked"):
+            fed.links[p].call(reveal, {"survivors": NAMES, "dropped": []})
+    own = fed.links["p0"].call(reveal, {"survivors": NAMES, "dropped": []})  # p0's own share: one of the 2 needed
+    with pytest.raises(CryptoError, match="2 needed"):
+        combine_shares([tuple(own["seed"]["p0"])], threshold=2)
+
+
+def test_a_value_is_never_masked_again_for_another_participant_set() -> None:
+    fed = _federation(masked=True)
+    opened = _begin(fed, 0, NAMES)
+    step = Step("projection", 0, 0, 0)
+    fed.links["p0"].call(step, {"participants": NAMES, "sealed_in": _inbox(opened, "p0")})
+    # a new attempt of the same round, without p2: the same Y_p0 masked for {p0, p1} would differ from the
+    # first sum by p2's value; the party refuses
+    again = _begin(fed, 1, ["p0", "p1"])
+    with pytest.raises(ProtocolError, match="already masked"):
+        fed.links["p0"].call(Step("projection", 0, 1, 0), {"participants": ["p0", "p1"],
+                                                           "sealed_in": _inbox(again, "p0")})
+
+
+def test_key_shares_from_outside_the_attempt_are_refused() -> None:
+    fed = _federation(masked=True)
+    opened = _begin(fed, 0, ["p0", "p1"])
+    inbox = _inbox(opened, "p0") | {"p2": "00" * 40}  # the coordinator adds a party it runs
+    with pytest.raises(ProtocolError, match="not a participant"):
+        fed.links["p0"].call(Step("projection", 0, 0, 0), {"participants": NAMES, "sealed_in": inbox})
+
+
+def test_an_honest_round_still_unmasks_and_matches_the_plain_round() -> None:
+    plain, masked = _federation(masked=False), _federation(masked=True)
+    a, b = plain.run_round(0), masked.run_round(0)
+    assert b.rmse["train"] == pytest.approx(a.rmse["train"], abs=1e-6)
