@@ -215,13 +215,13 @@ def test_replicas_behind_haproxy_survive_a_sigkill_and_follow_publish_and_erasur
                 return answer.status_code == 200 and answer.json()["run_id"] == run_id
 
             assert serves_run(a.url)  # a published it, and rebuilt before answering the coordinator
-            until(lambda: serves_run(b.url), timeout=FOLLOW_S, what="replica b serving the published model")
+            publish_s = until(lambda: serves_run(b.url), timeout=FOLLOW_S,
+                              what="replica b serving the published model")
 
             erased = http.delete(f"{lb.url}/v1/users/{victim}", headers=ADMIN_AUTH)
             assert erased.status_code == 200, erased.text
-            for p in (a, b):
-                until(lambda: recommend(p.url, victim).status_code == 404, timeout=FOLLOW_S,  # noqa: B023
-                      what=f"{p.url} forgetting the erased user")
+            erase_s = [until(lambda: recommend(p.url, victim).status_code == 404, timeout=FOLLOW_S,  # noqa: B023
+                             what=f"{p.url} forgetting the erased user") for p in (a, b)]
 
             with Load(lb.url, known) as load:
                 until(lambda: load.done() >= 20, timeout=30, what="20 requests through HAProxy")
@@ -241,7 +241,8 @@ def test_replicas_behind_haproxy_survive_a_sigkill_and_follow_publish_and_erasur
             after = load.done(after=killed_at)
             served = {m.group(1) for line in lb.lines() if (m := re.search(r"party_serving/(\w+) ", line))}
             assert served == {"a", "b"}  # both replicas were in rotation before the kill
-            print(f"haproxy: {len(load.outcomes)} requests, 0 failed, {in_flight} in flight at the kill, "
+            print(f"haproxy: b followed the publish in {publish_s:.2f} s, the erasure in {erase_s[1]:.2f} s "
+                  f"(a: {erase_s[0]:.2f} s); {len(load.outcomes)} requests, 0 failed, {in_flight} in flight at the kill, "
                   f"{len(redispatched)} redispatched, a out of rotation {out:.2f} s after the kill, "
                   f"{after} answered after it")
 
