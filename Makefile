@@ -5,8 +5,9 @@ PY := $(VENV)/bin/python
 PIP_FLAGS ?= -q
 
 # System tools the tests and benchmarks drive (Debian packages): wrk (benchmarks/serving.py), Chromium and
-# its driver (the dashboard's browser test). Installed with apt-get when missing (CI runs as root).
-SYSTEM_TOOLS := wrk:wrk chromium:chromium chromedriver:chromium-driver
+# its driver (the dashboard's browser test), HAProxy (the serving-replicas test). Installed with apt-get when
+# missing (CI runs as root). Each pair is command:package; the command is looked up in /usr/sbin too.
+SYSTEM_TOOLS := wrk:wrk chromium:chromium chromedriver:chromium-driver haproxy:haproxy
 
 .PHONY: venv system-deps demo test bench-serving bench-ingest bench-accuracy bench-federation bench-sandwich bench-scale openapi clean
 
@@ -21,7 +22,7 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed
 
 system-deps:
-	@missing=""; for pair in $(SYSTEM_TOOLS); do command -v $${pair%%:*} >/dev/null || missing="$$missing $${pair#*:}"; done; \
+	@missing=""; for pair in $(SYSTEM_TOOLS); do PATH="$$PATH:/usr/sbin:/sbin" command -v $${pair%%:*} >/dev/null || missing="$$missing $${pair#*:}"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq$$missing; \
