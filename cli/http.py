@@ -77,7 +77,7 @@ def _reason(exc: BaseException) -> str:
     if isinstance(exc, ssl.SSLError) and exc.reason:
         return str(exc.reason).replace("_", " ").lower()
     match = re.search(r"\[SSL: ([A-Z0-9_]+)\]", text) or re.search(r"\[Errno -?\d+\] ([^\]\)']+)", text)
-    return (match.group(1).replace("_", " ") if match else text).strip().lower()
+    return (match.group(1).replace("_", " ") if match else text).strip().rstrip(".").lower()
 
 
 def _origin(url: httpx.URL) -> str:
@@ -96,9 +96,11 @@ def _transport_error(exc: httpx.TransportError, url: httpx.URL, service: str) ->
     if isinstance(exc, httpx.TimeoutException):
         return CliError(f"no answer from {origin} in time ({type(exc).__name__}): is the {service} overloaded "
                         "or behind a firewall? check --url")
-    # A party requiring client certificates may also just drop a connection without one (no alert).
-    tls_hint = " (and --cert-file if it requires client certificates)" if url.scheme == "https" else ""
-    return CliError(f"cannot reach {origin} ({reason}): is the {service} running? check --url{tls_hint}")
+    if url.scheme == "https" and isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
+        # A service requiring client certificates may drop a connection without one, with no TLS alert.
+        return CliError(f"{origin} closed the connection ({reason}): if the {service} requires mutual TLS, check "
+                        "--cert-file and --key-file; else check --url")
+    return CliError(f"cannot reach {origin} ({reason}): is the {service} running? check --url")
 
 
 class _Transport(httpx.HTTPTransport):

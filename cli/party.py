@@ -140,7 +140,7 @@ def ingest(
     with (
         file.open("rb") as raw,
         _client(url, token, tls, timeout=600) as client,
-        Progress(*columns, console=err, transient=True) as bar,
+        Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as bar,
     ):
         task = bar.add_task(f"{file.name} → {endpoint}", total=file.stat().st_size)
         text = io.TextIOWrapper(
