@@ -1,57 +1,49 @@
-"""`fedrec coordinator serve|migrate|register-party|create|status|cancel` and `fedrec run create|status|cancel`."""
+"""`fedrec coordinator serve|migrate|register-party|parties|remove-party|create|runs|status|cancel` and `fedrec run ...`."""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Annotated, Any
 
 import httpx
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from cli.http import checked
-from services.errors import Conflict, DomainError
+from cli.http import CliError, Tls, checked, reported, service_client
+from services.errors import Conflict
 
-out = Console()
+out = Console(width=None if sys.stdout.isatty() else 160)  # tables unwrapped in logs and pipes
 err = Console(stderr=True)
 
 UrlOpt = Annotated[str, typer.Option(envvar="FEDREC_COORDINATOR_URL", help="coordinator base URL")]
 TokenOpt = Annotated[str | None, typer.Option(envvar="COORD_ADMIN_TOKEN", help="admin token (default COORD_ADMIN_TOKEN)")]
+ENDED = ("completed", "failed", "cancelled")
 
 
-def _client(url: str, token: str | None) -> httpx.Client:
-    if not token:
-        raise typer.BadParameter("an admin token is required (--token or COORD_ADMIN_TOKEN)")
-    return httpx.Client(base_url=url.rstrip("/"), headers={"Authorization": f"Bearer {token}"}, timeout=60)
-
-
-@contextmanager
-def _reported() -> Iterator[None]:
-    """An error answer inside the block is printed as `code: detail` and ends the command (exit 1)."""
-    try:
-        yield
-    except DomainError as exc:
-        err.print(f"[red]{exc.extra.get('code', exc.code)}[/red] {exc.detail}")
-        raise typer.Exit(1) from exc
+def client(url: str, token: str | None, tls: Tls) -> httpx.Client:
+    """A client for the coordinator's admin routes."""
+    return service_client(url, tls=tls, service="coordinator", token=token,
+                          credential="--token (or COORD_ADMIN_TOKEN), the coordinator's admin token")
 
 
 def _check(resp: httpx.Response) -> dict[str, Any]:
-    """The answer's JSON; an error answer is reported and ends the command."""
-    with _reported():
-        return dict(checked(resp))
+    """The answer's JSON; an error answer raises the DomainError it names (reported by @reported)."""
+    return dict(checked(resp))
 
 
+@reported
 def serve(host: Annotated[str, typer.Option()] = "127.0.0.1", port: Annotated[int, typer.Option()] = 8000) -> None:
     """Run the coordinator's migrations, then serve its API (settings from COORD_* variables)."""
     from coordinator_api.__main__ import main
     main(["--host", host, "--port", str(port)])
 
 
+@reported
 def migrate(database_url: Annotated[str | None, typer.Option(help="default: COORD_DATABASE_URL")] = None) -> None:
     """Bring the coordinator database to the current schema."""
     from services.db.session import upgrade
@@ -60,12 +52,14 @@ def migrate(database_url: Annotated[str | None, typer.Option(help="default: COOR
     err.print(f"coordinator database at head: {url}")
 
 
+@reported
 def register_party(
     party_id: str, party_url: str, url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt = None,
     party_token: Annotated[str, typer.Option(envvar="PARTY_COORDINATOR_TOKEN", help="credential the party expects")] = "",
+    *, tls: Tls,
 ) -> None:
     """Register a party (or re-point it if already registered)."""
-    with _client(url, token) as c, _reported():
+    with client(url, token, tls) as c:
         try:
             party = checked(c.post("/v1/parties", json={"party_id": party_id, "url": party_url, "token": party_token}))
         except Conflict:  # already registered: re-point it
@@ -73,28 +67,63 @@ def register_party(
     out.print_json(data=party)
 
 
+def _party_ids(value: str | None) -> list[str] | None:
+    ids = [p.strip() for p in (value or "").split(",") if p.strip()]
+    return ids or None
+
+
+def _follow(c: httpx.Client, run: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
+    """Poll the run until it ends or `timeout_s` passes, printing each change of its progress."""
+    deadline, shown = time.monotonic() + timeout_s, ""
+    while run["state"] not in ENDED:
+        if time.monotonic() > deadline:
+            raise CliError(f"run {run['run_id']} still {run['state']} after {timeout_s:g} s (--wait-timeout); "
+                           f"it goes on: follow it with `fedrec coordinator status {run['run_id']}`")
+        time.sleep(1.0)
+        run = _check(c.get(f"/v1/runs/{run['run_id']}"))
+        line = f"{run['state']}: {run['rounds_done']}/{run['rounds_total']} {run['detail']}"
+        if line != shown:
+            out.print(escape(line))
+            shown = line
+    return run
+
+
+@reported
 def create(
     url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt = None,
     rounds: Annotated[int, typer.Option(min=1)] = 20, min_parties: Annotated[int, typer.Option(min=1)] = 2,
     seed: int = 0, config: Annotated[str, typer.Option(help="engine settings as JSON, e.g. '{\"dim\": 8}'")] = "{}",
-    wait: Annotated[bool, typer.Option(help="follow the run until it ends")] = False,
+    party_ids: Annotated[str | None, typer.Option(help="comma-separated party ids to train with (default: all enabled)")]
+    = None,
+    wait: Annotated[bool, typer.Option(help="follow the run until it ends; exit 1 if it fails or is cancelled")]
+    = False,
+    wait_timeout: Annotated[float, typer.Option(min=1, help="seconds --wait follows the run before giving up")]
+    = 86_400.0,
+    *, tls: Tls,
 ) -> None:
     """Create a training run (202) and optionally follow it."""
-    with _client(url, token) as c:
-        run = _check(c.post("/v1/runs", json={"rounds": rounds, "min_parties": min_parties, "seed": seed,
-                                              "config": json.loads(config)}))
+    try:
+        settings = json.loads(config)
+    except ValueError as exc:
+        raise CliError(f"--config is not JSON ({exc})") from None
+    body = {"rounds": rounds, "min_parties": min_parties, "seed": seed, "config": settings,
+            "party_ids": _party_ids(party_ids)}
+    with client(url, token, tls) as c:
+        run = _check(c.post("/v1/runs", json=body))
         out.print(f"run {run['run_id']} {run['state']}")
-        while wait and run["state"] not in ("completed", "failed", "cancelled"):
-            time.sleep(1.0)
-            run = _check(c.get(f"/v1/runs/{run['run_id']}"))
-            out.print(f"{run['state']}: {run['rounds_done']}/{run['rounds_total']} {run['detail']}")
+        if wait:
+            run = _follow(c, run, timeout_s=wait_timeout)
+    if wait and run["state"] != "completed":
+        raise CliError(f"run {run['run_id']} {run['state']}: {run['detail'] or 'no reason given'}")
 
 
-def status(run_id: str, url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt = None) -> None:
+@reported
+def status(run_id: str, url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt = None, *, tls: Tls) -> None:
     """Show a run: state, rounds, per-round metrics and bytes per party."""
-    with _client(url, token) as c:
+    with client(url, token, tls) as c:
         run = _check(c.get(f"/v1/runs/{run_id}"))
-    out.print(f"run {run['run_id']}: {run['state']} ({run['rounds_done']}/{run['rounds_total']}) {run['detail']}")
+    out.print(escape(f"run {run['run_id']}: {run['state']} ({run['rounds_done']}/{run['rounds_total']}) "
+                     f"{run['detail']}"))
     table = Table("round", "participants", "failures", "train RMSE", "valid RMSE", "test RMSE", "seconds")
     for r in run["rounds"]:
         m = r["metrics"]
@@ -105,11 +134,44 @@ def status(run_id: str, url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt =
     out.print({"bytes_sent": run["bytes_sent"], "bytes_received": run["bytes_received"]})
 
 
-def cancel(run_id: str, url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt = None) -> None:
+@reported
+def cancel(run_id: str, url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt = None, *, tls: Tls) -> None:
     """Cancel a run."""
-    with _client(url, token) as c:
+    with client(url, token, tls) as c:
         run = _check(c.post(f"/v1/runs/{run_id}/cancel"))
     out.print(f"run {run['run_id']}: {run['state']}")
+
+
+@reported
+def runs(url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt = None, *, tls: Tls) -> None:
+    """List the runs, newest first."""
+    with client(url, token, tls) as c:
+        listed = checked(c.get("/v1/runs"))
+    table = Table("run", "state", "rounds", "parties", "created", "detail")
+    table.columns[0].no_wrap = True
+    for r in listed:
+        table.add_row(r["run_id"], r["state"], f"{r['rounds_done']}/{r['rounds_total']}", ",".join(r["party_ids"]),
+                      r["created_at"][:19], escape(r["detail"]))
+    out.print(table if listed else "no runs")
+
+
+@reported
+def parties(url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt = None, *, tls: Tls) -> None:
+    """List the registered parties."""
+    with client(url, token, tls) as c:
+        listed = checked(c.get("/v1/parties"))
+    table = Table("party", "url", "role", "enabled")
+    for p in listed:
+        table.add_row(p["party_id"], p["url"], p["role"], "yes" if p["enabled"] else "no")
+    out.print(table if listed else "no parties registered")
+
+
+@reported
+def remove_party(party_id: str, url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt = None, *, tls: Tls) -> None:
+    """Remove a party from the registry (runs that already selected it keep its id in their record)."""
+    with client(url, token, tls) as c:
+        checked(c.delete(f"/v1/parties/{party_id}"))
+    out.print(f"party {party_id} removed")
 
 
 def register(app: typer.Typer) -> None:
@@ -118,6 +180,9 @@ def register(app: typer.Typer) -> None:
     coord.command("serve")(serve)
     coord.command("migrate")(migrate)
     coord.command("register-party")(register_party)
+    coord.command("parties")(parties)
+    coord.command("remove-party")(remove_party)
+    coord.command("runs")(runs)
     for name, command in (("create", create), ("status", status), ("cancel", cancel)):
         coord.command(name)(command)  # same as `fedrec run ...`, next to the other coordinator commands
     app.add_typer(coord, name="coordinator")
@@ -125,4 +190,5 @@ def register(app: typer.Typer) -> None:
     run.command("create")(create)
     run.command("status")(status)
     run.command("cancel")(cancel)
+    run.command("list")(runs)
     app.add_typer(run, name="run")

@@ -1,4 +1,4 @@
-"""`fedrec party` sub-commands: serve, migrate, ingest a file into a running party."""
+"""`fedrec party` sub-commands: serve, migrate, ingest a file into a running party, label its evaluation split."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
+from cli.http import CliError, Tls, checked, reported, service_client
 from services.errors import DomainError, raise_for
 
 err = Console(stderr=True)
@@ -37,6 +38,7 @@ class Kind(str, Enum):
     social_links = "social-links"
 
 
+SPLITS = ("train", "valid", "test")
 HEADERS = {
     (FileFormat.ml100k, Kind.interactions): ["user_id", "item_id", "rating", "timestamp"],
     (FileFormat.filmtrust, Kind.interactions): ["user_id", "item_id", "rating"],
@@ -44,6 +46,16 @@ HEADERS = {
 }
 
 
+UrlOpt = Annotated[str, typer.Option(envvar="FEDREC_PARTY_URL", help="party base URL")]
+TokenOpt = Annotated[str, typer.Option(envvar="PARTY_ADMIN_TOKEN", help="admin token (default PARTY_ADMIN_TOKEN)")]
+
+
+def _client(url: str, token: str, tls: Tls, *, timeout: float = 60.0) -> httpx.Client:
+    return service_client(url, tls=tls, service="party", token=token, timeout=timeout,
+                          credential="--token (or PARTY_ADMIN_TOKEN), the party's admin token")
+
+
+@reported
 def serve(
     host: Annotated[str | None, typer.Option(help="bind address (default PARTY_HOST)")] = None,
     port: Annotated[int | None, typer.Option(help="port (default PARTY_PORT)")] = None,
@@ -55,6 +67,7 @@ def serve(
     main(args)
 
 
+@reported
 def migrate(
     database_url: Annotated[str | None, typer.Option(help="default: PARTY_DATABASE_URL")] = None,
 ) -> None:
@@ -101,20 +114,22 @@ def _explain(status: int, error: DomainError, offset: int) -> str:
     return "\n".join(lines)
 
 
+@reported
 def ingest(
     file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="file to upload")],
-    url: Annotated[str, typer.Option(help="party base URL")] = "http://127.0.0.1:8001",
-    token: Annotated[str, typer.Option(envvar="PARTY_ADMIN_TOKEN", help="admin token")] = "",
+    url: UrlOpt = "http://127.0.0.1:8001",
+    token: TokenOpt = "",
     fmt: Annotated[FileFormat, typer.Option("--format", help="input format")] = FileFormat.csv,
     kind: Annotated[Kind, typer.Option(help="what the file holds")] = Kind.interactions,
     chunk_rows: Annotated[
         int, typer.Option(min=1, help="rows per request (each atomic)")
     ] = 100_000,
+    *, tls: Tls,
 ) -> None:
     """Stream a file to a running party's bulk endpoint, one atomic request per chunk."""
     media = "application/x-ndjson" if fmt is FileFormat.ndjson else "text/csv"
     endpoint = f"{url.rstrip('/')}/v1/{kind.value}/bulk"
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": media}
+    headers = {"Content-Type": media}
     stored = 0
     columns = [
         TextColumn("{task.description}"),
@@ -124,8 +139,8 @@ def ingest(
     ]
     with (
         file.open("rb") as raw,
-        httpx.Client(timeout=600) as client,
-        Progress(*columns, console=err) as bar,
+        _client(url, token, tls, timeout=600) as client,
+        Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as bar,
     ):
         task = bar.add_task(f"{file.name} → {endpoint}", total=file.stat().st_size)
         text = io.TextIOWrapper(
@@ -149,10 +164,59 @@ def ingest(
     typer.echo(json.dumps({"rows": stored, "file": str(file), "endpoint": endpoint}))
 
 
+def _pairs(path: Path, default_split: str) -> list[dict[str, str]]:
+    """Labelled (user, item) pairs of a CSV/TSV/whitespace file; a header names user_id, item_id and maybe split."""
+    lines = [(n, line) for n, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), 1) if line.strip()]
+    if not lines:
+        return []
+    first = lines[0][1]
+    sep = "\t" if "\t" in first else "," if "," in first else None
+    fields = [f.strip().lower() for f in first.split(sep)]
+    columns = {"user_id": 0, "item_id": 1}
+    if fields[0] in ("user_id", "user"):
+        names = [{"user": "user_id", "item": "item_id"}.get(f, f) for f in fields]
+        if "item_id" not in names:
+            raise CliError(f"{path}:1: a header needs user_id and item_id columns, got {','.join(fields)}")
+        columns = {name: names.index(name) for name in ("user_id", "item_id", "split") if name in names}
+        lines = lines[1:]
+    rows = []
+    for n, line in lines:
+        values = [v.strip() for v in line.split(sep)]
+        if len(values) <= max(columns.values()):
+            raise CliError(f"{path}:{n}: expected user and item columns, got {len(values)} field(s)")
+        split = values[columns["split"]] if "split" in columns else default_split
+        if split not in SPLITS:
+            raise CliError(f"{path}:{n}: split must be one of {', '.join(SPLITS)}, got {split[:20]!r}")
+        rows.append({"user_id": values[columns["user_id"]], "item_id": values[columns["item_id"]], "split": split})
+    return rows
+
+
+@reported
+def evaluation_split(
+    test_file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=(
+        "test pairs, one user and item per line: CSV or TSV with or without a user_id,item_id[,split] header, or "
+        "ML-100K's u1.test (columns after the item are ignored)"))],
+    valid: Annotated[Path | None, typer.Option(exists=True, dir_okay=False,
+                                               help="validation pairs, same formats")] = None,
+    url: UrlOpt = "http://127.0.0.1:8001",
+    token: TokenOpt = "",
+    *, tls: Tls,
+) -> None:
+    """Label which stored ratings a run scores as test (and validation) instead of training on them."""
+    rows = [*(_pairs(valid, "valid") if valid is not None else []), *_pairs(test_file, "test")]
+    if not rows:
+        raise CliError(f"{test_file} holds no pairs")
+    with _client(url, token, tls, timeout=600) as client:
+        answer = checked(client.put("/v1/evaluation-split", json={"rows": rows}))
+    counts = {s: sum(r["split"] == s for r in rows) for s in SPLITS}
+    typer.echo(json.dumps({"rows": answer["rows"], **counts}))
+
+
 def register(app: typer.Typer) -> None:
     """Attach the party commands to the root CLI."""
     sub = typer.Typer(help="Run a party service and load data into it.", no_args_is_help=True)
     sub.command()(serve)
     sub.command()(migrate)
+    sub.command("evaluation-split")(evaluation_split)
     sub.command()(ingest)
     app.add_typer(sub, name="party")

@@ -4,29 +4,22 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import httpx
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from cli.coordinator import TokenOpt, UrlOpt
-from cli.http import checked
-from services.errors import DomainError
+from cli.coordinator import client as coordinator_client
+from cli.http import Tls, checked, reported
 
 out = Console()
 err = Console(stderr=True)
 
 
-def _run_status(url: str, token: str | None, run_id: str) -> dict[str, Any]:
-    """GET /v1/runs/{run_id} with the admin token; an error answer ends the command (exit 1)."""
-    if not token:
-        raise typer.BadParameter("an admin token is required (--token or COORD_ADMIN_TOKEN)")
-    with httpx.Client(base_url=url.rstrip("/"), headers={"Authorization": f"Bearer {token}"}, timeout=60) as c:
-        try:
-            return dict(checked(c.get(f"/v1/runs/{run_id}")))
-        except DomainError as exc:
-            err.print(f"[red]{exc.extra.get('code', exc.code)}[/red] {exc.detail}")
-            raise typer.Exit(1) from exc
+def _run_status(url: str, token: str | None, run_id: str, tls: Tls) -> dict[str, Any]:
+    """GET /v1/runs/{run_id} with the admin token."""
+    with coordinator_client(url, token, tls) as c:
+        return dict(checked(c.get(f"/v1/runs/{run_id}")))
 
 
 def _mechanisms(record: dict[str, Any]) -> Table:
@@ -54,12 +47,14 @@ def _figures(measured: dict[str, Any], protocol: str) -> Table:
     return table
 
 
+@reported
 def privacy_report(
     run_id: str, url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+    *, tls: Tls,
 ) -> None:
     """Show a run's privacy mechanisms, their parameters and the attack F1 measured on a reference data set."""
-    run = _run_status(url, token, run_id)
+    run = _run_status(url, token, run_id, tls)
     report = run["privacy_report"]
     if as_json:
         out.print_json(data=report)

@@ -29,6 +29,7 @@ class HealthRead(BaseModel):
     status: str
     service: str
     protocol_version: str
+    detail: str | None = Field(default=None, description="what is not ready (readiness only)")
 
 
 class PartyCreate(BaseModel):

@@ -77,7 +77,8 @@ def check_pair(prefix: str, cert: Path | None, key: Path | None, what: str) -> N
 class PartySettings(GuardSettings):
     """Configuration of one party service."""
 
-    model_config = SettingsConfigDict(env_prefix="PARTY_", extra="forbid")
+    # Errors name the variable and the rule, never its value (pydantic would echo part of the input).
+    model_config = SettingsConfigDict(env_prefix="PARTY_", extra="forbid", hide_input_in_errors=True)
 
     party_id: str = "party"
     role: Literal["ratings", "social"] = "ratings"
@@ -154,7 +155,7 @@ class PartySettings(GuardSettings):
 class CoordinatorSettings(GuardSettings):
     """Configuration of the coordinator service."""
 
-    model_config = SettingsConfigDict(env_prefix="COORD_", extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="COORD_", extra="forbid", hide_input_in_errors=True)
 
     database_url: str = "sqlite:///./var/coordinator.db"
     data_dir: Path = Path("./var/coordinator")

@@ -127,3 +127,25 @@ def test_run_over_its_privacy_budget_is_refused_and_a_fitting_one_reports_its_ep
             break
         time.sleep(0.05)
     assert coord.get(f"/v1/runs/{run_id}").json()["state"] == "cancelled"
+
+
+def test_ready_reports_the_database_schema(tmp_path: Path) -> None:
+    from sqlalchemy import create_engine, text
+
+    url = f"sqlite:///{tmp_path / 'coordinator.db'}"
+    upgrade(url, environment="coordinator")
+    app = create_app(coordinator_settings(url))
+    with live_server(app) as server, httpx.Client(base_url=server.url, timeout=30) as client:
+        ready = client.get("/ready")  # no credential: a load balancer's probe
+        assert ready.status_code == 200 and ready.json()["status"] == "ready" and ready.json()["detail"] is None
+        engine = create_engine(url)
+        with engine.begin() as connection:  # as if an older release's schema were left in place
+            connection.execute(text("UPDATE alembic_version_coordinator SET version_num = 'older'"))
+        engine.dispose()
+        stale = client.get("/ready")
+        assert stale.status_code == 503 and stale.json()["status"] == "unavailable"
+        assert "database schema at older" in stale.json()["detail"] and "run migrations" in stale.json()["detail"]
+        assert client.get("/health").status_code == 200  # alive, though not ready
+        app.state.manager.shutdown()  # what the lifespan does on the way out: no more runs are taken
+        stopping = client.get("/ready")
+        assert stopping.status_code == 503 and stopping.json()["detail"] == "run manager shutting down"

@@ -40,3 +40,46 @@ def test_refused_chunk_keeps_earlier_chunks_and_names_the_file_row(
     assert code == 1
     assert "data row 5" in output and "cannot link to itself" in output
     assert party.admin.get("/v1/counts").json()["social_links"] == 3
+
+
+def _labels(party: Party) -> dict[str, set[str]]:
+    from sqlalchemy.orm import Session
+
+    from services.party import fed_store
+
+    with Session(party.engine) as session:
+        return fed_store.test_items_by_user(session=session)
+
+
+def test_evaluation_split_from_ml100k_test_file(party: Party, tmp_path: Path) -> None:
+    data = tmp_path / "u.data"
+    data.write_text("".join(f"{u}\t{i}\t{1 + (u + i) % 5}\t88{u}{i}\n" for u in range(1, 5) for i in range(1, 5)))
+    assert _ingest(party, data, "--format", "ml100k")[0] == 0
+    test = tmp_path / "u1.test"  # ML-100K's layout: user, item, rating, timestamp (the last two ignored)
+    test.write_text("1\t2\t3\t881250949\n3\t4\t5\t891717742\n")
+    valid = tmp_path / "valid.csv"
+    valid.write_text("user_id,item_id\n2,1\n")
+    args = ["party", "evaluation-split", str(test), "--valid", str(valid), "--url", party.url, "--token", ADMIN]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert '"rows": 3' in result.output and '"test": 2' in result.output and '"valid": 1' in result.output
+    assert _labels(party) == {"1": {"2"}, "3": {"4"}}
+    # A header may carry the split per row; a new file replaces the earlier labels.
+    mixed = tmp_path / "split.csv"
+    mixed.write_text("user_id,item_id,split\n4,4,test\n1,1,valid\n")
+    result = CliRunner().invoke(app, ["party", "evaluation-split", str(mixed), "--url", party.url, "--token", ADMIN])
+    assert result.exit_code == 0, result.output
+    assert _labels(party) == {"4": {"4"}}
+
+
+def test_evaluation_split_refuses_a_bad_file_in_one_line(party: Party, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("user_id,item_id,split\n1,2,test\n1,3,holdout\n")
+    result = CliRunner().invoke(app, ["party", "evaluation-split", str(bad), "--url", party.url, "--token", ADMIN])
+    assert result.exit_code == 1
+    assert result.output == f"error {bad}:3: split must be one of train, valid, test, got 'holdout'\n"
+    short = tmp_path / "short.tsv"
+    short.write_text("1\t2\n3\n")
+    result = CliRunner().invoke(app, ["party", "evaluation-split", str(short), "--url", party.url, "--token", ADMIN])
+    assert result.exit_code == 1 and f"{short}:2: expected user and item columns" in result.output
+    assert _labels(party) == {}
