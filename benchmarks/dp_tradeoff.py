@@ -31,18 +31,20 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from services.crypto.secagg import SecAggParty  # noqa: E402
-from services.evaluation.harness import Federation, build_federation, ensure_validation, run_protocol  # noqa: E402
+from services.evaluation.harness import (  # noqa: E402
+    Federation,
+    build_federation,
+    ensure_validation,
+    run_protocol,
+)
 from services.evaluation.ranking import evaluate_scores, relevant_sets, seen_matrix  # noqa: E402
 from services.evaluation.runner import PRESETS, load_dataset, preset_values  # noqa: E402
+from services.federation.aggregation import MaskedSum, MaskedUpload  # noqa: E402
 from services.verfedgnn.config import TrainConfig  # noqa: E402
 from services.verfedgnn.coordinator import CoordinatorTrainer  # noqa: E402
 from services.verfedgnn.private_data import training_data  # noqa: E402
-from services.verfedgnn.secure import (  # noqa: E402
-    SecureInProcessFederation,
-    agree_in_process,
-    dev_party_secret,
-    seeded_trainer,
-)
+from services.verfedgnn.rounds import InProcessFederation  # noqa: E402
+from services.verfedgnn.secure import agree_in_process, dev_party_secret, seeded_trainer  # noqa: E402
 from services.verfedgnn.types import rmse_mae  # noqa: E402
 
 
@@ -77,7 +79,8 @@ def dp_run(fed: Federation, config: TrainConfig) -> dict[str, Any]:
     coord = CoordinatorTrainer(config=config, n_users=fed.n_users, global_mean=mean,
                                item_counts={p: d.n_items for p, d in datas.items()})
     trainers = {p: seeded_trainer(config=config, data=d, seeds=seeds[p]) for p, d in datas.items()}
-    federation = SecureInProcessFederation(coordinator=coord, parties=trainers, secagg=secret)
+    masks = {p: MaskedUpload(secagg=secret[p], parties=sorted(trainers)) for p in trainers}
+    federation = InProcessFederation(coordinator=coord, parties=trainers, aggregations=masks, aggregation=MaskedSum())
     best: dict[str, Any] = {"valid_rmse": math.inf, "rmse": math.nan, "best_round": 0}
     models: dict[str, dict[str, np.ndarray]] = {}
     for t in range(config.rounds):

@@ -96,6 +96,8 @@ class TrainingRunRead(BaseModel):
     min_parties: int
     seed: int
     party_ids: list[str]
+    excluded: dict[str, str] = Field(default_factory=dict,
+                                     description="parties the run left out (pre-flight, alignment, set-up) and why")
     n_users: int | None
     config: dict[str, Any]
     privacy: dict[str, Any] = Field(description="effective privacy mechanisms and parameters (defaults included)")

@@ -150,6 +150,15 @@ class HealthRead(BaseModel):
 
 
 # ---- federation (coordinator credential) and evaluation labels (admin) ----------------------
+class PreflightResponse(BaseModel):
+    """What a coordinator checks before a run: who answers, which protocol version, whether it holds data."""
+
+    party_id: str
+    protocol_version: str
+    holds_data: bool = Field(description="the party has at least one user with an interaction")
+    protocols: list[str] = Field(description="the federation protocols this party's build can run")
+
+
 class PsiFinishResponse(BaseModel):
     """Size of the aligned user set."""
 

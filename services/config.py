@@ -172,6 +172,12 @@ class CoordinatorSettings(GuardSettings):
     retry_backoff_s: float = 0.2
     # How often a paused run (below min_parties) probes its parties again.
     pause_poll_s: float = 2.0
+    # How long a run may wait for its parties (paused, no round completing) before it ends failed.
+    wait_deadline_s: float = Field(600.0, gt=0.0)
+    # Pre-flight (before PSI, and `fedrec coordinator check`): each party's deadline to answer.
+    preflight_timeout_s: float = Field(10.0, gt=0.0, le=600.0)
+    # A run whose parties have fewer users in common than this ends failed right after PSI.
+    min_common_users: int = Field(10, ge=1)
     # Serving fan-out (GET /v1/users/{id}/recommendations): each party's deadline. The parties are asked
     # at once; a party that has not answered by then is listed in "unavailable" and the merge of the
     # others comes back with "partial": true (an app waiting on top-K cannot wait a training timeout).

@@ -23,7 +23,8 @@ def _read(run: RunRow, rounds: list[RoundRow]) -> TrainingRunRead:
     return TrainingRunRead(
         run_id=run.run_id, state=run.state, detail=run.detail, rounds_total=run.rounds_total,
         rounds_done=run.rounds_done, current_round=min(run.rounds_done, run.rounds_total - 1),
-        min_parties=run.min_parties, seed=run.seed, party_ids=run.party_ids, n_users=run.n_users,
+        min_parties=run.min_parties, seed=run.seed, party_ids=run.party_ids, excluded=run.excluded or {},
+        n_users=run.n_users,
         config=run.config, privacy={**config.privacy_record(), "epsilon_spent": epsilon_spent(config, run.state)},
         privacy_report=privacy_report(config),
         bytes_sent=run.bytes_sent, bytes_received=run.bytes_received,

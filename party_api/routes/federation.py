@@ -10,8 +10,9 @@ from starlette.concurrency import run_in_threadpool
 from api_common.errors import error_responses
 from api_common.guard import body_class
 from api_common.params import NamePath, RoundPath
-from party_api.deps import AdminDep, CacheDep, CoordinatorDep, FedDep, ProtocolDep, SessionDep
+from party_api.deps import AdminDep, CacheDep, CoordinatorDep, FedDep, ProtocolDep, SessionDep, SettingsDep
 from party_api.schemas import (
+    PreflightResponse,
     PsiFinishResponse,
     PublishRequest,
     PublishResponse,
@@ -28,7 +29,9 @@ from services.federation.messages import (
     StartRequest,
     StartResponse,
 )
-from services.party import fed_store
+from services.federation import registry
+from services.party import catalog, fed_store
+from services.protocol import PROTOCOL_VERSION
 from services.protocol.federation import FEDERATION_MEDIA_TYPE
 
 Attempt = Annotated[int, Query(ge=0, le=1_000_000)]
@@ -41,6 +44,17 @@ router = APIRouter(prefix="/v1/federation", tags=["federation"],
 
 def _octets(data: bytes) -> Response:
     return Response(content=data, media_type=FEDERATION_MEDIA_TYPE)
+
+
+@router.get("/preflight", response_model=PreflightResponse)
+def preflight(session: SessionDep, settings: SettingsDep) -> PreflightResponse:
+    """Pre-flight: this party answers the coordinator's credential, speaks its protocol version and holds data.
+
+    Only yes/no about the data: counts would tell the coordinator more than a run announces.
+    """
+    c = catalog.counts(session=session)
+    return PreflightResponse(party_id=settings.party_id, protocol_version=PROTOCOL_VERSION,
+                             holds_data=c.users > 0 and c.interactions > 0, protocols=sorted(registry.PROTOCOLS))
 
 
 @router.post("/runs/{run_id}/psi/start", response_class=Response)

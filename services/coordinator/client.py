@@ -177,6 +177,11 @@ class PartyClient:
         return self.get_json(party_path("v1", "users", user_id, "recommendations"), params={"k": k},
                              headers={"Authorization": f"Bearer {self.endpoint.token}"})
 
+    def preflight(self) -> dict[str, Any]:
+        """Pre-flight: the party's id, protocol version, whether it holds data (credential and version checked)."""
+        return self.get_json(party_path("v1", "federation", "preflight"),
+                             headers={k: v for k, v in self._headers("application/json").items() if k != "Content-Type"})
+
     def psi_start(self, *, run_id: str) -> bytes:
         """PSI step 1: the party's singly-blinded user list (concatenated points)."""
         return self.post_bytes(self._run_path(run_id, "psi", "start"))

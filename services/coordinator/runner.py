@@ -18,6 +18,7 @@ from services.config import CoordinatorSettings
 from services.coordinator import registry as parties_registry
 from services.coordinator import runs
 from services.coordinator.client import HttpLink, PartyClient, TrafficCounter
+from services.coordinator.preflight import check_parties
 from services.coordinator.psi import align_users
 from services.crypto.interaction_dp import require_budget
 from services.errors import DomainError, PartyUnavailable, ValidationFailed
@@ -46,6 +47,13 @@ def run_seed(config: Any) -> int:
 
 class Cancelled(Exception):
     """The run was cancelled or the coordinator is shutting down."""
+
+
+class RunFailed(DomainError):
+    """The run cannot go on: too few parties can take part, too few common users, or a wait ran out."""
+
+    code = "run_failed"
+    http_status = 409
 
 
 def train_config(config: dict[str, Any], *, seed: int, rounds: int) -> Any:
@@ -96,6 +104,7 @@ class RunManager:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedrec-run")
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="fedrec-fanout")
         self.futures: dict[str, Future[None]] = {}
+        self._stalled_since: dict[str, float] = {}  # run -> when it began waiting without progress
 
     def validate_config(self, config: dict[str, Any]) -> None:
         """Refuse an engine config the parties would refuse, and a run whose whole-run ε exceeds its budget (409)."""
@@ -145,7 +154,10 @@ class RunManager:
             runs.set_state(session=session, run_id=run_id, state=state, detail=detail, **fields)
 
     def _wait(self, run_id: str, state: str, detail: str) -> None:
-        """Pause with a clear status, then let the caller retry."""
+        """Pause with a clear status, then let the caller retry; past COORD_WAIT_DEADLINE_S the run fails."""
+        since = self._stalled_since.setdefault(run_id, time.monotonic())
+        if time.monotonic() - since > self.settings.wait_deadline_s:
+            raise RunFailed(f"waited {self.settings.wait_deadline_s:g}s for parties without progress: {detail}")
         self._set(run_id, state, detail)
         log.warning("run %s %s: %s", run_id, state, detail)
         if self.stopping.wait(self.settings.pause_poll_s):
@@ -171,11 +183,18 @@ class RunManager:
         protocol = registry.protocol_of(run.config)
         config = train_config(run.config, seed=run.seed, rounds=run.rounds_total)
         counter = TrafficCounter()
-        n_users = run.n_users if run.n_users is not None else self._align(run_id, run.party_ids, counter)
-        engine = self._prepare(run_id, run.party_ids, protocol, config, n_users, counter)
+        self._stalled_since.pop(run_id, None)
+        parties = list(run.party_ids)
+        if run.n_users is None:
+            parties = self._preflight(run_id, parties, protocol, min_parties=run.min_parties)
+            n_users, parties = self._align(run_id, parties, counter, min_parties=run.min_parties)
+        else:
+            n_users = run.n_users
+        engine, parties = self._prepare(run_id, parties, protocol, config, n_users, counter,
+                                        min_parties=run.min_parties)
         self._flush(run_id, counter)
         self._rounds(run_id, protocol, engine)
-        self._publish(run_id, run.party_ids, counter)
+        self._publish(run_id, parties, counter)
 
     def _flush(self, run_id: str, counter: TrafficCounter) -> None:
         sent, received = counter.snapshot()
@@ -184,25 +203,68 @@ class RunManager:
         counter.sent.clear()
         counter.received.clear()
 
-    def _align(self, run_id: str, party_ids: list[str], counter: TrafficCounter) -> int:
-        """PSI over every party of the run (all must answer; the run waits for them)."""
+    def _exclude(self, run_id: str, parties: list[str], reasons: dict[str, str], *, min_parties: int,
+                 stage: str) -> list[str]:
+        """Leave out the parties with a reason (kept in the run record); fail when fewer than min_parties remain."""
+        bad = {p: f"{stage}: {why}" for p, why in reasons.items() if why}
+        kept = sorted(p for p in parties if p not in bad)
+        if bad:
+            with self.sessions() as session:
+                run = runs.get(session=session, run_id=run_id)
+                excluded = {**(run.excluded or {}), **bad}
+                runs.set_state(session=session, run_id=run_id, state=run.state, detail=run.detail,
+                               excluded=excluded, party_ids=kept)
+            log.warning("run %s leaves out %s", run_id, sorted(bad))
+        if len(kept) < min_parties:
+            why = "; ".join(f"{p} {r}" for p, r in sorted(bad.items()))
+            raise RunFailed(f"{len(kept)} of {len(parties)} parties can take part, min_parties={min_parties}: {why}")
+        return kept
+
+    def _failed(self, run_id: str, parties: list[str], failures: dict[str, str], *, min_parties: int,
+                stage: str) -> list[str]:
+        """After a set-up step failed: parties that fail their pre-flight are left out; if none does, the run
+        waits and retries (within COORD_WAIT_DEADLINE_S): a slow or restarting party is not a missing one."""
+        reasons = self.check(party_ids=sorted(failures))
+        if any(reasons.values()):
+            return self._exclude(run_id, parties, reasons, min_parties=min_parties, stage=stage)
+        self._wait(run_id, runs.PAUSED, f"{stage} waits for parties: {failures}")
+        return parties
+
+    def check(self, *, party_ids: list[str], protocol: str = "verfedgnn") -> dict[str, str]:
+        """Pre-flight of the given parties: party → '' when it passed, else why not."""
+        with self.sessions() as session:
+            eps = parties_registry.endpoints(session=session, party_ids=party_ids)
+        return check_parties(endpoints=eps, party_ids=party_ids, http=self.http, protocol=protocol,
+                             timeout_s=self.settings.preflight_timeout_s, pool=self._pool)
+
+    def _preflight(self, run_id: str, parties: list[str], protocol: str, *, min_parties: int) -> list[str]:
+        """Before PSI: the parties that are registered, enabled, reachable, authorised, compatible and hold data."""
+        self._check(run_id)
+        self._set(run_id, runs.ALIGNING, "pre-flight: checking the parties")
+        return self._exclude(run_id, parties, self.check(party_ids=parties, protocol=protocol),
+                             min_parties=min_parties, stage="pre-flight")
+
+    def _align(self, run_id: str, parties: list[str], counter: TrafficCounter, *,
+               min_parties: int) -> tuple[int, list[str]]:
+        """PSI over the parties; a party that fails it is checked and left out; too few common users fail the run."""
         while True:
             self._check(run_id)
-            clients = self._clients(party_ids, counter)
-            missing = sorted(set(party_ids) - set(clients))
-            if not missing:
-                self._set(run_id, runs.ALIGNING, "aligning users by private set intersection")
-                try:
-                    n_users = align_users(clients=clients, run_id=run_id)
-                except PartyUnavailable as exc:
-                    self._wait(run_id, runs.PAUSED, f"alignment waits for a party: {exc.detail}")
-                    continue
-                self._set(run_id, runs.ALIGNING, f"{n_users} common users", n_users=n_users)
-                return n_users
-            self._wait(run_id, runs.PAUSED, f"alignment waits for disabled/unregistered parties {missing}")
+            clients = self._clients(parties, counter)
+            self._set(run_id, runs.ALIGNING, "aligning users by private set intersection")
+            try:
+                n_users = align_users(clients=clients, run_id=run_id)
+            except DomainError as exc:
+                parties = self._failed(run_id, parties, {p: f"{exc.code}: {exc.detail}" for p in parties},
+                                       min_parties=min_parties, stage="alignment")
+                continue
+            if n_users < self.settings.min_common_users:
+                raise RunFailed(f"{' and '.join(parties)} have {n_users} users in common "
+                                f"(minimum COORD_MIN_COMMON_USERS={self.settings.min_common_users})")
+            self._set(run_id, runs.ALIGNING, f"{n_users} common users", n_users=n_users)
+            return n_users, parties
 
     def _prepare(self, run_id: str, party_ids: list[str], protocol: str, config: Any, n_users: int,
-                 counter: TrafficCounter) -> Engine:
+                 counter: TrafficCounter, *, min_parties: int) -> tuple[Engine, list[str]]:
         """Configure + start every party, build the protocol's engine, restore the newest checkpoint."""
         settings = {"protocol": protocol, **config.model_dump(exclude={"seed", "rounds"})}
         request = ConfigureRequest(run_id=run_id, config=settings, seed=run_seed(config))
@@ -212,7 +274,7 @@ class RunManager:
             answers, failures = fan_out(self._pool, clients, lambda c: c.configure(request=request))
             failures.update({p: "not registered or disabled" for p in set(party_ids) - set(clients)})
             if failures:
-                self._wait(run_id, runs.PAUSED, f"configuration waits for parties: {failures}")
+                party_ids = self._failed(run_id, party_ids, failures, min_parties=min_parties, stage="configure")
                 continue
             counts = {p: a.n_items for p, a in answers.items()}
             n = sum(a.train_count for a in answers.values())
@@ -221,7 +283,7 @@ class RunManager:
             peers = PeersRequest(announcements=[answers[p].key for p in sorted(answers)])
             sealed, failures = fan_out(self._pool, clients, lambda c: c.peers(run_id=run_id, request=peers))
             if failures:
-                self._wait(run_id, runs.PAUSED, f"key agreement waits for parties: {failures}")
+                party_ids = self._failed(run_id, party_ids, failures, min_parties=min_parties, stage="key agreement")
                 continue
             starts = {p: StartRequest(total_items=max(1, sum(counts.values())), item_counts=counts, global_mean=mean,
                                       sealed=self._sealed_for(p, sealed)) for p in clients}
@@ -231,7 +293,7 @@ class RunManager:
 
             _, failures = fan_out(self._pool, clients, start_party)
             if failures:
-                self._wait(run_id, runs.PAUSED, f"start waits for parties: {failures}")
+                party_ids = self._failed(run_id, party_ids, failures, min_parties=min_parties, stage="start")
                 continue
             break
         engine = registry.plan(protocol).engine(config=config, n_users=n_users, item_counts=counts, global_mean=mean)
@@ -239,7 +301,7 @@ class RunManager:
             ckpt = runs.latest_checkpoint(session=session, run_id=run_id)
         if ckpt is not None:
             engine.restore(ckpt[1])
-        return engine
+        return engine, party_ids
 
     @staticmethod
     def _sealed_for(party_id: str, sealed: dict[str, PeersResponse]) -> dict[str, str]:
@@ -298,6 +360,7 @@ class RunManager:
             if self.on_round is not None:
                 self.on_round(run_id, record, engine.config)
             attempt = 0
+            self._stalled_since.pop(run_id, None)
 
     @staticmethod
     def _stalled(history: list[Any], patience: int) -> bool:

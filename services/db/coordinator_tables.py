@@ -40,6 +40,7 @@ class RunRow(CoordinatorBase):
     detail: Mapped[str] = mapped_column(Text, default="")
     config: Mapped[dict[str, Any]] = mapped_column(JSON)
     party_ids: Mapped[list[str]] = mapped_column(JSON)
+    excluded: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)  # party -> why it was left out
     rounds_total: Mapped[int] = mapped_column(Integer)
     rounds_done: Mapped[int] = mapped_column(Integer, default=0)
     min_parties: Mapped[int] = mapped_column(Integer, default=2)

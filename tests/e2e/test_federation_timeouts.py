@@ -24,7 +24,7 @@ class SlowOnce:
 
 def test_slow_party_is_left_out_of_one_round(tmp_path: Path) -> None:
     def wrap(pid: str, app: Any) -> Any:
-        return SlowOnce(app, "/rounds/2/layers/0/masked", delay=4.0) if pid == "p2" else app
+        return SlowOnce(app, "/rounds/2/steps/projection", delay=4.0) if pid == "p2" else app
 
     with federation(tmp_path, wrap=wrap, request_timeout_s=2.0, max_retries=0) as fed:
         run_id = fed.client.create_run(rounds=5, min_parties=2, seed=3, config=TINY_CONFIG)["run_id"]
