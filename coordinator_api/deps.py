@@ -1,4 +1,4 @@
-"""Dependencies of the coordinator API: settings, sessions, the run manager, auth."""
+"""Dependencies of the coordinator API: settings, sessions, the run manager, the serving fan-out, auth."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from starlette.datastructures import Headers
 
 from api_common.auth import admin_scheme, api_key_scheme, bearer, check_credential
 from services.config import CoordinatorSettings
+from services.coordinator.fanout import ServingFanout
 from services.coordinator.runner import RunManager
 
 
@@ -32,9 +33,15 @@ def get_manager(request: Request) -> RunManager:
     return request.app.state.manager  # type: ignore[no-any-return]
 
 
+def get_fanout(request: Request) -> ServingFanout:
+    """The serving fan-out (its own client and pool; built and closed by the app's lifespan)."""
+    return request.app.state.fanout  # type: ignore[no-any-return]
+
+
 SettingsDep = Annotated[CoordinatorSettings, Depends(get_settings)]
 SessionDep = Annotated[Session, Depends(get_session)]
 ManagerDep = Annotated[RunManager, Depends(get_manager)]
+FanoutDep = Annotated[ServingFanout, Depends(get_fanout)]
 
 
 def check_admin(settings: CoordinatorSettings, headers: Headers) -> None:

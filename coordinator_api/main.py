@@ -1,4 +1,4 @@
-"""The coordinator service: create_app(settings) wires the database, party client and run manager."""
+"""The coordinator service: create_app(settings) wires the database, the run manager and the serving fan-out."""
 
 from __future__ import annotations
 
@@ -18,13 +18,14 @@ from coordinator_api.routes import ROUTERS
 from services.config import CoordinatorSettings
 from services.coordinator import registry
 from services.coordinator.client import party_http_client
+from services.coordinator.fanout import ServingFanout
 from services.coordinator.runner import RunManager
 from services.coordinator.sealing import sealer_for
 from services.db.session import make_engine, make_sessionmaker
 
 
 def create_app(settings: CoordinatorSettings, *, resume: bool = True) -> FastAPI:
-    """Build the app; lifespan owns the engine and the run manager, and resumes unfinished runs."""
+    """Build the app; lifespan owns the engine, the run manager and the serving fan-out, and resumes unfinished runs."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -37,11 +38,13 @@ def create_app(settings: CoordinatorSettings, *, resume: bool = True) -> FastAPI
             registry.seal_stored(session=session)
         app.state.manager = RunManager(sessions=app.state.sessionmaker, settings=settings,
                                        http=party_http_client(settings), on_round=metrics.round_completed)
+        app.state.fanout = ServingFanout(settings=settings)
         if resume:
             app.state.manager.resume_all()
         try:
             yield
         finally:
+            app.state.fanout.close()
             app.state.manager.shutdown()
             engine.dispose()
 

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
+
+from services.protocol.ids import NAME_PATTERN, IdStr
 
 # A credential goes into an HTTP header and a URL into a request line: printable ASCII only, no spaces
 # (a token the coordinator could not send would make every call to that party fail as "unavailable").
 TOKEN_PATTERN = r"^[\x21-\x7e]+$"
 URL_PATTERN = r"^https?://[\x21-\x7e]+$"
+MAX_PAIRS = 10_000  # a coordinator prediction batch; each party accepts as many (party_api.schemas)
 
 
 def _utc(value: Any) -> Any:
@@ -129,3 +132,63 @@ class MergedRecommendations(BaseModel):
     unavailable: dict[str, str]
     partial: bool = Field(description="true when some enabled party is in `unavailable`: the items are the "
                                       "merge of the parties that answered")
+
+
+class PairIn(BaseModel):
+    """A (user, item) pair and the party whose catalogue holds the item (`party_id` of a merged recommendation)."""
+
+    model_config = ConfigDict(extra="forbid")
+    user_id: IdStr
+    item_id: IdStr
+    party_id: str = Field(min_length=1, max_length=64, pattern=NAME_PATTERN,
+                          description="the item's party: the pair goes to that party only, so no party "
+                                      "sees another's item ids")
+
+
+class PredictionRequest(BaseModel):
+    """A batch of pairs, each with the party that holds its item."""
+
+    model_config = ConfigDict(extra="forbid")
+    pairs: list[PairIn] = Field(min_length=1, max_length=MAX_PAIRS)
+
+
+class MergedPrediction(BaseModel):
+    """One pair's predicted rating from its party, or why there is none."""
+
+    user_id: str
+    item_id: str
+    party_id: str
+    status: Literal["ok", "unknown", "unavailable"] = Field(
+        description="ok: `rating` holds the prediction; unknown: the party does not know the user or item "
+                    "(`reason`: unknown_user or unknown_item); unavailable: the party did not answer or refused "
+                    "(`reason`: its error code, party_disabled for a disabled party)")
+    rating: float | None
+    fallback: str | None = Field(description='"popularity" for a user the party\'s model was not trained on')
+    reason: str | None
+
+
+class MergedPredictions(BaseModel):
+    """Predictions in request order; parties that could not answer are listed."""
+
+    predictions: list[MergedPrediction]
+    unavailable: dict[str, str] = Field(description="party id -> error code, for each party asked that did not answer")
+    partial: bool = Field(description="true when some pair's party is in `unavailable`")
+
+
+class PartyErasure(BaseModel):
+    """What one party did with an erasure."""
+
+    outcome: Literal["erased", "unknown", "unavailable"] = Field(
+        description="erased: the party removed the user; unknown: it holds no such user (nothing to erase); "
+                    "unavailable: no answer, a refusal, or a disabled party (`reason`), so it may still hold the user")
+    reason: str | None
+    interactions_deleted: int | None
+
+
+class FederatedErasure(BaseModel):
+    """Erasure across the federation: the outcome at every registered party."""
+
+    user_id: str
+    parties: dict[str, PartyErasure]
+    complete: bool = Field(description="true when no party is `unavailable`: none of them holds the user any more; "
+                                       "false: send the same request again once those parties are back")

@@ -20,6 +20,7 @@ from torch import nn
 
 from models import graph as g
 from models.layers import Activation, make_layer
+from models.scoring import serving_scores
 
 ModelKind = Literal["gcn", "gat", "ggnn", "mf"]
 
@@ -189,9 +190,13 @@ def predict(public: PublicModel, private: PrivateItems, h_u: torch.Tensor, h_v: 
 
 
 def rank_scores(private: PrivateItems, h_u: torch.Tensor, h_v: torch.Tensor) -> torch.Tensor:
-    """s(u, v) = h_u · h_v (every coordinate) + c_v for the given user rows against all own items: (U, M)."""
-    s = h_u @ h_v.T
-    return s if private.rank_bias is None else s + private.rank_bias
+    """s(u, v) = h_u · h_v (every coordinate) + c_v for the given user rows against all own items: (U, M).
+
+    The serving score (models.scoring.serving_scores) of a model trained with the ranking objective.
+    """
+    if private.rank_bias is None:
+        raise ValueError("the ranking objective needs the items' ranking bias c_v (rank_bias=True)")
+    return serving_scores(h_u, h_v, rank_bias=private.rank_bias)
 
 
 def softmax_rank_loss(scores: torch.Tensor, seen: torch.Tensor, pos_rows: torch.Tensor,

@@ -105,6 +105,13 @@ def check_coordinator(settings: PartySettings, headers: Headers) -> None:
                      header="Authorization")
 
 
+def check_admin_or_coordinator(settings: PartySettings, headers: Headers) -> None:
+    """Admin token or the coordinator's credential (`Authorization: Bearer ...`): erasure, which the
+    coordinator fans out to every party (DELETE /v1/users/{id} at the coordinator)."""
+    check_credential(bearer(headers), [settings.admin_token, settings.coordinator_token],
+                     what="admin token or coordinator credential", header="Authorization")
+
+
 def check_api_key(settings: PartySettings, headers: Headers) -> None:
     """Serving API key (`X-API-Key` header): prediction and recommendation routes."""
     check_credential(headers.get("x-api-key"), settings.api_keys, what="API key", header="X-API-Key")
@@ -133,6 +140,15 @@ async def require_coordinator(request: Request, settings: SettingsDep,
     check_coordinator(settings, request.headers)
 
 
+async def require_admin_or_coordinator(
+    request: Request, settings: SettingsDep,
+    _admin: Annotated[HTTPAuthorizationCredentials | None, Security(admin_scheme)],
+    _coordinator: Annotated[HTTPAuthorizationCredentials | None, Security(coordinator_scheme)],
+) -> None:
+    """Admin token or the coordinator's credential (`Authorization: Bearer ...`): erasure."""
+    check_admin_or_coordinator(settings, request.headers)
+
+
 async def require_api_key(request: Request, settings: SettingsDep,
                     _: Annotated[str | None, Security(api_key_scheme)]) -> None:
     """Serving API key (`X-API-Key` header): prediction and recommendation routes."""
@@ -150,6 +166,7 @@ async def require_serving_caller(
 def header_checks(settings: PartySettings) -> dict[Any, Callable[[Headers], None]]:
     """The request guard's table: each credential dependency and its header check, bound to the settings."""
     pairs = [(require_admin, check_admin), (require_coordinator, check_coordinator),
+             (require_admin_or_coordinator, check_admin_or_coordinator),
              (require_api_key, check_api_key), (require_serving_caller, check_serving_caller)]
     return {dep: partial(check, settings) for dep, check in pairs}
 
@@ -163,6 +180,7 @@ async def require_protocol(x_fedrec_protocol: Annotated[str | None, Header()] = 
 
 
 AdminDep = Depends(require_admin)
+AdminOrCoordinatorDep = Depends(require_admin_or_coordinator)
 CoordinatorDep = Depends(require_coordinator)
 ApiKeyDep = Depends(require_api_key)
 ServingCallerDep = Depends(require_serving_caller)

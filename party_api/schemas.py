@@ -225,10 +225,19 @@ class PredictionOut(BaseModel):
     fallback: str | None
 
 
+class SkippedPair(BaseModel):
+    """A pair left out of a `unknown=skip` answer: its row in the request and the id this party does not know."""
+
+    row: int
+    field: Literal["user_id", "item_id"]
+
+
 class PredictionResponse(BaseModel):
-    """Predictions in request order."""
+    """Predictions in request order (with `unknown=skip`, of the known pairs only)."""
 
     predictions: list[PredictionOut]
+    skipped: list[SkippedPair] = Field(default_factory=list,
+                                       description="pairs with an id this party does not know (`unknown=skip` only)")
 
 
 class RecommendedItem(BaseModel):

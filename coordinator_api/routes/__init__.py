@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from coordinator_api.routes import dashboard, health, parties, recommendations, runs
+from coordinator_api.routes import dashboard, health, parties, recommendations, runs, users
 
-ROUTERS: list[APIRouter] = [health.router, parties.router, runs.router, recommendations.router, dashboard.router]
+ROUTERS: list[APIRouter] = [health.router, parties.router, runs.router, recommendations.router,
+                            recommendations.predictions_router, users.router, dashboard.router]

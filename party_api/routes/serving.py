@@ -7,7 +7,7 @@ Dicts are returned so FastAPI validates the answer once, against response_model.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
 
@@ -21,10 +21,16 @@ router = APIRouter(prefix="/v1", tags=["serving"], dependencies=[ServingCallerDe
                    responses=error_responses(401, 403, 404, 409, 422))
 
 
+UnknownQuery = Annotated[Literal["error", "skip"], Query(
+    description="error: 404 naming the first pair with an unknown id; skip: answer the known pairs, list the others")]
+
+
 @router.post("/predictions", response_model=PredictionResponse)
-async def predict(body: PredictionRequest, cache: CacheDep) -> dict[str, Any]:
+async def predict(body: PredictionRequest, cache: CacheDep, unknown: UnknownQuery = "error") -> dict[str, Any]:
     """Predicted ratings for a batch of (user, item) pairs from the latest completed model."""
     pairs = [(p.user_id, p.item_id) for p in body.pairs]
+    if unknown == "skip":
+        return await cache.run(lambda: serving.predict_known(snapshot=cache.get(), pairs=pairs))
     return {"predictions": await cache.run(lambda: serving.predict(snapshot=cache.get(), pairs=pairs))}
 
 

@@ -1,4 +1,4 @@
-"""Per-user admin routes: inspect and erase (right to erasure)."""
+"""Per-user admin routes: inspect (admin token) and erase (admin token, or the coordinator's federation-wide erasure)."""
 
 from __future__ import annotations
 
@@ -6,21 +6,28 @@ from fastapi import APIRouter
 
 from api_common.errors import error_responses
 from api_common.params import IdPath
-from party_api.deps import AdminDep, CacheDep, FedDep, SessionDep, SocialOrNoneDep
+from party_api.deps import (
+    AdminDep,
+    AdminOrCoordinatorDep,
+    CacheDep,
+    FedDep,
+    SessionDep,
+    SocialOrNoneDep,
+)
 from party_api.schemas import ErasureRead, UserRead
 from services.party import catalog, erasure
 
-router = APIRouter(prefix="/v1/users", tags=["users"], dependencies=[AdminDep])
+router = APIRouter(prefix="/v1/users", tags=["users"])
 ERRORS = error_responses(401, 403, 404, 422)
 
 
-@router.get("/{external_id}", response_model=UserRead, responses=ERRORS)
+@router.get("/{external_id}", response_model=UserRead, responses=ERRORS, dependencies=[AdminDep])
 def get_user(external_id: IdPath, session: SessionDep) -> catalog.UserRecord:
     """What this party holds about one user (counts only)."""
     return catalog.get_user(session=session, external_id=external_id)
 
 
-@router.delete("/{external_id}", response_model=ErasureRead, responses=ERRORS)
+@router.delete("/{external_id}", response_model=ErasureRead, responses=ERRORS, dependencies=[AdminOrCoordinatorDep])
 def erase_user(external_id: IdPath, session: SessionDep, fed: FedDep, cache: CacheDep,
                social: SocialOrNoneDep) -> erasure.Erasure:
     """Right to erasure: remove the user from every table, the serving model, alignments and the evaluation split."""

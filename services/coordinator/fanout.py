@@ -1,45 +1,155 @@
-"""Serving fan-out: every enabled party's top-K for a user, merged into one list."""
+"""Serving fan-out: top-K, predictions and erasure asked of the parties at once, failures as data.
+
+`ServingFanout` is the coordinator app's own (built in its lifespan, closed at shutdown): its HTTP
+client and thread pool are apart from the training runner's, so serving traffic never waits behind
+a round's steps, and a round never waits behind serving. User ids go to the parties in paths and
+bodies only; nothing here logs them.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
+import httpx
 from sqlalchemy.orm import Session
 
+from services.config import CoordinatorSettings
 from services.coordinator import registry
-from services.coordinator.client import PartyClient, TrafficCounter
-from services.errors import DomainError, NotFound, PartyUnavailable
+from services.coordinator.client import party_path, party_tls_context
+from services.coordinator.registry import PartyEndpoint
+from services.errors import DomainError, NotFound, PartyUnavailable, ValidationFailed, raise_for
 from services.federation.fanout import fan_out
+from services.protocol.tracing import REQUEST_ID_HEADER, current_request_id
 
-if TYPE_CHECKING:
-    from services.coordinator.runner import RunManager
+T = TypeVar("T")
+DISABLED = "party_disabled"  # the reason given for a registered party that is switched off
 
 
-def merged_recommendations(*, session: Session, manager: RunManager, user_id: str, k: int) -> dict[str, Any]:
-    """Top-k over all parties; 404 when no party knows the user, 502 when none could answer.
+def _code(reason: str) -> str:
+    """"code: detail" -> code: a party's host names and error details are not the caller's to read."""
+    return reason.split(":", 1)[0]
 
-    The enabled parties are asked at once, each with the `fanout_timeout_s` deadline; the answer merges
-    whoever answered, lists the others in "unavailable" and is flagged "partial" when that list is not empty.
-    """
-    counter = TrafficCounter()
-    deadline = manager.settings.fanout_timeout_s
-    clients = {p.party_id: PartyClient(p, http=manager.http, counter=counter, timeout_s=deadline, max_retries=0)
-               for p in registry.list_parties(session=session) if p.enabled}
 
-    def ask(c: PartyClient) -> dict[str, Any] | str | None:
-        """The party's top-k; None when it does not know the user; a reason when it refused."""
+class ServingFanout:
+    """The coordinator's serving calls to parties: its own client and pool, `fanout_timeout_s` per read."""
+
+    def __init__(self, *, settings: CoordinatorSettings, http: httpx.Client | None = None,
+                 workers: int = 32) -> None:
+        self.deadline_s = settings.fanout_timeout_s
+        # Erasure is a write at each party (a transaction and a WAL checkpoint), given the request timeout.
+        self.erase_timeout_s = settings.request_timeout_s
+        self.http = http or httpx.Client(limits=httpx.Limits(max_connections=64), verify=party_tls_context(settings))
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fedrec-serving")
+
+    def close(self) -> None:
+        """Wait for calls in flight (each bounded by its timeout), then close the pool and the client."""
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.http.close()
+
+    def call(self, party: PartyEndpoint, method: str, path: str, *, timeout_s: float,
+             **kwargs: Any) -> dict[str, Any]:
+        """One request with the coordinator's credential; no retry; 5xx or no answer → PartyUnavailable."""
+        request_id = current_request_id()
+        headers = {"Authorization": f"Bearer {party.token}", **({REQUEST_ID_HEADER: request_id} if request_id else {})}
+        extra = {"party_id": party.party_id}
         try:
-            return c.recommendations(user_id=user_id, k=k)
-        except NotFound:
-            return None
-        except PartyUnavailable:
-            raise
-        except DomainError as exc:  # it answered (e.g. no model published yet): listed, not "unavailable"
-            return exc.code  # the code only: a party's error detail is not the app's to read
+            resp = self.http.request(method, f"{party.url}{path}", headers=headers, timeout=timeout_s, **kwargs)
+        except httpx.TransportError as exc:
+            raise PartyUnavailable(f"party {party.party_id} unavailable: {type(exc).__name__}", extra=extra) from exc
+        if resp.status_code >= 500:
+            raise PartyUnavailable(f"party {party.party_id} answered HTTP {resp.status_code}", extra=extra)
+        raise_for(resp.status_code, resp.content, source=f"party {party.party_id}", extra=extra)
+        return dict(resp.json()) if resp.content else {}
 
-    answers, failures = fan_out(manager._pool, clients, ask, deadline_s=deadline)
-    # "code: detail" -> code: a party's host names and error details are not the app's to read.
-    failures = {pid: reason.split(":", 1)[0] for pid, reason in failures.items()}
+    def ask(self, parties: dict[str, PartyEndpoint], call: Callable[[PartyEndpoint], T], *,
+            deadline_s: float | None = None) -> tuple[dict[str, T], dict[str, str]]:
+        """`call` on every party at once within the deadline; (answers, failure codes by party)."""
+        answers, failures = fan_out(self.pool, parties, call, deadline_s=deadline_s or self.deadline_s)
+        return answers, {pid: _code(reason) for pid, reason in failures.items()}
+
+    # ---- the three serving operations -------------------------------------------------------
+    def recommendations(self, *, session: Session, user_id: str, k: int) -> dict[str, Any]:
+        """Top-k over all enabled parties; 404 when no party knows the user, 502 when none could answer.
+
+        Whoever answered within the deadline is merged; the others are listed in "unavailable" and the
+        answer is flagged "partial" when that list is not empty.
+        """
+        def one(party: PartyEndpoint) -> dict[str, Any] | str | None:
+            """The party's top-k; None when it does not know the user; a code when it refused."""
+            try:
+                return self.call(party, "GET", party_path("v1", "users", user_id, "recommendations"),
+                                 timeout_s=self.deadline_s, params={"k": k})
+            except NotFound:
+                return None
+            except PartyUnavailable:
+                raise
+            except DomainError as exc:  # it answered (e.g. no model published yet): listed, not "unavailable"
+                return exc.code
+
+        answers, failures = self.ask(_enabled(session), one)
+        return merge_recommendations(answers, failures, user_id=user_id, k=k)
+
+    def predictions(self, *, session: Session, pairs: list[tuple[str, str, str]]) -> dict[str, Any]:
+        """Predicted ratings of (user, item, party) triples, each pair asked of the party it names only."""
+        parties = {p.party_id: p for p in registry.list_parties(session=session)}
+        rows: dict[str, list[int]] = {}
+        for r, (_, _, pid) in enumerate(pairs):
+            if pid not in parties:
+                # the error dialect's row is 1-based, as for a body's own validation errors
+                raise ValidationFailed(f"pair {r + 1}: party {pid!r} is not registered",
+                                       extra={"field": "party_id", "row": r + 1})
+            rows.setdefault(pid, []).append(r)
+
+        def one(party: PartyEndpoint) -> dict[str, Any] | str:
+            body = {"pairs": [{"user_id": pairs[r][0], "item_id": pairs[r][1]} for r in rows[party.party_id]]}
+            try:
+                return self.call(party, "POST", "/v1/predictions", timeout_s=self.deadline_s,
+                                 params={"unknown": "skip"}, json=body)
+            except PartyUnavailable:
+                raise
+            except DomainError as exc:
+                return exc.code
+
+        asked = {pid: parties[pid] for pid in rows if parties[pid].enabled}
+        answers, failures = self.ask(asked, one)
+        failures |= {pid: DISABLED for pid in rows if not parties[pid].enabled}
+        return merge_predictions(pairs, rows, answers, failures)
+
+    def erase_user(self, *, session: Session, user_id: str) -> dict[str, Any]:
+        """Erase a user at every enabled party (its DELETE /v1/users/{id}); the outcome per registered party."""
+        def one(party: PartyEndpoint) -> dict[str, Any]:
+            try:
+                done = self.call(party, "DELETE", party_path("v1", "users", user_id), timeout_s=self.erase_timeout_s)
+            except NotFound:
+                return _outcome("unknown")
+            except PartyUnavailable:
+                raise
+            except DomainError as exc:  # e.g. a concurrent upload (409, retryable) or a refused credential
+                return _outcome("unavailable", exc.code)
+            return _outcome("erased", interactions_deleted=int(done.get("interactions_deleted", 0)))
+
+        parties = {p.party_id: p for p in registry.list_parties(session=session)}
+        answers, failures = self.ask({pid: p for pid, p in parties.items() if p.enabled}, one,
+                                     deadline_s=self.erase_timeout_s)
+        outcomes = {pid: answers.get(pid) or _outcome("unavailable", failures.get(pid, DISABLED))
+                    for pid in sorted(parties)}
+        return {"user_id": user_id, "parties": outcomes,
+                "complete": all(o["outcome"] != "unavailable" for o in outcomes.values())}
+
+
+def _enabled(session: Session) -> dict[str, PartyEndpoint]:
+    return {p.party_id: p for p in registry.list_parties(session=session) if p.enabled}
+
+
+def _outcome(outcome: str, reason: str | None = None, *, interactions_deleted: int | None = None) -> dict[str, Any]:
+    return {"outcome": outcome, "reason": reason, "interactions_deleted": interactions_deleted}
+
+
+def merge_recommendations(answers: dict[str, dict[str, Any] | str | None], failures: dict[str, str], *,
+                          user_id: str, k: int) -> dict[str, Any]:
+    """The parties' top-k lists merged by score: predicted ratings first, popularity fallbacks after."""
     items: list[dict[str, Any]] = []
     unknown = 0
     for pid, body in answers.items():
@@ -57,3 +167,30 @@ def merged_recommendations(*, session: Session, manager: RunManager, user_id: st
     # Predicted ratings rank above popularity counts, which are on another scale.
     items.sort(key=lambda it: (it["fallback"] is not None, -it["score"]))
     return {"user_id": user_id, "items": items[:k], "unavailable": failures, "partial": bool(failures)}
+
+
+def merge_predictions(pairs: list[tuple[str, str, str]], rows: dict[str, list[int]],
+                      answers: dict[str, dict[str, Any] | str], failures: dict[str, str]) -> dict[str, Any]:
+    """One entry per requested pair, in request order: "ok", "unknown" (to its party) or "unavailable"."""
+    out: list[dict[str, Any]] = [
+        {"user_id": u, "item_id": i, "party_id": p, "status": "unavailable", "rating": None, "fallback": None,
+         "reason": None} for u, i, p in pairs]
+    for pid, body in answers.items():
+        if isinstance(body, str):  # the party answered, but refused (e.g. no model published yet)
+            failures[pid] = body
+            continue
+        mine = rows[pid]
+        skipped = {int(s["row"]): str(s["field"]) for s in body.get("skipped", [])}
+        known = iter(body["predictions"])
+        for local, r in enumerate(mine):
+            if local in skipped:
+                out[r].update(status="unknown", reason=f"unknown_{skipped[local].removesuffix('_id')}")
+            else:
+                got = next(known)
+                out[r].update(status="ok", rating=float(got["rating"]), fallback=got["fallback"])
+    for pid, reason in failures.items():
+        for r in rows[pid]:
+            out[r]["reason"] = reason
+    if not answers:
+        raise PartyUnavailable(f"no party answered: {failures}")
+    return {"predictions": out, "unavailable": failures, "partial": bool(failures)}

@@ -106,7 +106,7 @@ def merge_top_k(parts: Sequence[tuple[np.ndarray, np.ndarray]], k: int) -> tuple
     """Merge per-party (items, scores) lists as the coordinator's fan-out does: stable sort by −score, first k.
 
     `parts` are in the fan-out's party order (sorted party ids) with items already global; ties keep
-    that order, exactly as `services.coordinator.fanout.merged_recommendations` sorts.
+    that order, exactly as `services.coordinator.fanout.merge_recommendations` sorts.
     """
     items = np.concatenate([p[0] for p in parts], axis=1)
     scores = np.concatenate([p[1] for p in parts], axis=1)

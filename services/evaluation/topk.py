@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from models.scoring import serving_scores
 from services.evaluation import ranking
 from services.evaluation.harness import RoundCallback, RunResult, train_rounds
 from services.verfedgnn.config import TrainConfig
@@ -18,7 +19,6 @@ from services.verfedgnn.coordinator import CoordinatorTrainer
 from services.verfedgnn.party import PartyTrainer
 from services.verfedgnn.reference import build_federation
 from services.verfedgnn.rounds import InProcessFederation
-from services.verfedgnn.scoring import rank_scores
 from services.verfedgnn.types import (
     SPLITS,
     MetricSums,
@@ -78,7 +78,7 @@ def party_scores(model: ServingArrays) -> np.ndarray:
     """(N, M_p) ranking scores of a party's serving arrays: the formula the party's serving path uses."""
     bias = model.get("user_bias")
     n, m = model["user_repr"].shape[0], model["item_repr"].shape[0]
-    return rank_scores(model["user_repr"], model["item_repr"], rank_bias=model.get("rank_bias"),
+    return serving_scores(model["user_repr"], model["item_repr"], rank_bias=model.get("rank_bias"),
                        rating_dim=int(model.get("rating_dim", 0)),
                        global_bias=float(np.asarray(model.get("global_bias", 0.0)).reshape(-1)[0]),
                        user_bias=np.zeros(n) if bias is None else bias.reshape(n),

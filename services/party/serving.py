@@ -18,10 +18,10 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from models.scoring import serving_scores
 from services.db.party_tables import FederationState, ModelArtifact
 from services.errors import NotFound, ValidationFailed
 from services.protocol.federation import pack_tree, unpack_tree
-from services.verfedgnn import scoring
 
 ARTIFACT_NAME = "serving_model"
 ARTIFACT_KIND = "serving_model"
@@ -70,14 +70,14 @@ class ServingModel:
 
     def rank_scores(self, user: int, items: np.ndarray) -> np.ndarray:
         """The ranking score of one user against `items`, unclipped (no ties at the top of the scale)."""
-        return scoring.rank_scores(self.h_u[user][None, :], self.h_v[items],
-                                   rank_bias=None if self.rank_bias is None else self.rank_bias[items],
-                                   rating_dim=self.rating_dim, global_bias=self.global_bias,
-                                   user_bias=self.user_bias[[user]], item_bias=self.item_bias[items])[0]
+        return serving_scores(self.h_u[user][None, :], self.h_v[items],
+                              rank_bias=None if self.rank_bias is None else self.rank_bias[items],
+                              rating_dim=self.rating_dim, global_bias=self.global_bias,
+                              user_bias=self.user_bias[[user]], item_bias=self.item_bias[items])[0]
 
     def user_scores(self, user: int) -> np.ndarray:
         """`rank_scores` of one user against every item as one mat-vec (a fresh array the caller may modify)."""
-        # scoring.rank_scores, folded: [h_v | c_v]·[h_u; 1], or [h_v[:, :d] | b_v | 1]·[h_u[:d]; 1; μ + b_u].
+        # models.scoring.serving_scores, folded (tests/unit/party/test_serving_score.py holds them equal): [h_v | c_v]·[h_u; 1], or [h_v[:, :d] | b_v | 1]·[h_u[:d]; 1; μ + b_u].
         matrix = self._item_matrix
         vector = np.empty(matrix.shape[1], np.float32)
         if self.rank_bias is not None:
@@ -215,18 +215,9 @@ def recommend(*, snapshot: Snapshot, user_id: str, k: int) -> dict[str, Any]:
             "run_id": snap.model.run_id}
 
 
-def predict(*, snapshot: Snapshot, pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
-    """Predicted ratings for (user, item) pairs; unknown ids → 404 naming the first bad row, cold users → fallback."""
-    snap = snapshot
-    items = np.array([snap.item_index.get(i, -1) for _, i in pairs], np.int64)
-    rows = np.array([snap.user_rows.get(u, -1) for u, _ in pairs], np.int64)
-    bad = np.flatnonzero((items < 0) | (rows < 0))
-    if len(bad):
-        r = int(bad[0])
-        user, item = pairs[r]
-        if items[r] < 0:
-            raise NotFound(f"item {item!r} is not in this party's catalogue", extra={"row": r, "field": "item_id"})
-        raise NotFound(f"user {user!r} is unknown to this party", extra={"row": r, "field": "user_id"})
+def _ratings(snap: Snapshot, pairs: list[tuple[str, str]], items: np.ndarray, rows: np.ndarray
+             ) -> list[dict[str, Any]]:
+    """Predicted ratings of pairs whose ids are all known (model indexes given); cold users → fallback."""
     model_rows = snap.model_row[rows]
     warm = model_rows >= 0
     ratings = np.empty(len(pairs), np.float64)
@@ -234,3 +225,36 @@ def predict(*, snapshot: Snapshot, pairs: list[tuple[str, str]]) -> list[dict[st
     ratings[~warm] = snap.model.cold_scores(items[~warm])
     return [{"user_id": u, "item_id": i, "rating": r, "fallback": None if w else "popularity"}
             for (u, i), r, w in zip(pairs, ratings.tolist(), warm.tolist())]
+
+
+def _indexes(snap: Snapshot, pairs: list[tuple[str, str]]) -> tuple[np.ndarray, np.ndarray]:
+    """Model item index and user row of every pair (-1: unknown to this party)."""
+    items = np.array([snap.item_index.get(i, -1) for _, i in pairs], np.int64)
+    rows = np.array([snap.user_rows.get(u, -1) for u, _ in pairs], np.int64)
+    return items, rows
+
+
+def predict(*, snapshot: Snapshot, pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """Predicted ratings for (user, item) pairs; unknown ids → 404 naming the first bad row, cold users → fallback."""
+    items, rows = _indexes(snapshot, pairs)
+    bad = np.flatnonzero((items < 0) | (rows < 0))
+    if len(bad):
+        r = int(bad[0])
+        user, item = pairs[r]
+        if items[r] < 0:
+            raise NotFound(f"item {item!r} is not in this party's catalogue", extra={"row": r, "field": "item_id"})
+        raise NotFound(f"user {user!r} is unknown to this party", extra={"row": r, "field": "user_id"})
+    return _ratings(snapshot, pairs, items, rows)
+
+
+def predict_known(*, snapshot: Snapshot, pairs: list[tuple[str, str]]) -> dict[str, Any]:
+    """`predict` of the pairs this party knows, in request order; the others listed in "skipped" (row, field).
+
+    The coordinator's prediction fan-out asks this way, so one unknown pair does not void a batch.
+    """
+    items, rows = _indexes(snapshot, pairs)
+    known = (items >= 0) & (rows >= 0)
+    skipped = [{"row": r, "field": "item_id" if items[r] < 0 else "user_id"} for r in np.flatnonzero(~known).tolist()]
+    keep = np.flatnonzero(known)
+    return {"predictions": _ratings(snapshot, [pairs[r] for r in keep.tolist()], items[keep], rows[keep]),
+            "skipped": skipped}

@@ -132,3 +132,20 @@ def test_erasure_is_served_at_once(party: Party) -> None:
         pair = c.post("/v1/predictions", json={"pairs": [{"user_id": "u1", "item_id": "i4"}]})
         assert pair.status_code == 404 and pair.json()["field"] == "user_id"
         assert c.get("/v1/users/u2/recommendations").status_code == 200
+
+
+def test_skip_mode_answers_the_known_pairs_and_lists_the_others(party: Party) -> None:
+    _load(party)
+    with Session(party.engine) as session:
+        publish(session=session, model=_model())
+    pairs = [{"user_id": "u1", "item_id": "i4"}, {"user_id": "u1", "item_id": "nope"},
+             {"user_id": "zz", "item_id": "i1"}, {"user_id": "u4", "item_id": "i2"}]
+    with _serve(party) as c:
+        got = c.post("/v1/predictions", params={"unknown": "skip"}, json={"pairs": pairs}).json()
+        assert got["skipped"] == [{"row": 1, "field": "item_id"}, {"row": 2, "field": "user_id"}]
+        assert [(p["user_id"], p["item_id"]) for p in got["predictions"]] == [("u1", "i4"), ("u4", "i2")]
+        assert abs(got["predictions"][0]["rating"] - 3.9) < 1e-5 and got["predictions"][1]["fallback"] == "popularity"
+        strict = c.post("/v1/predictions", json={"pairs": pairs[:1]}).json()
+        assert strict["skipped"] == [] and strict["predictions"] == got["predictions"][:1]
+        bad = c.post("/v1/predictions", params={"unknown": "maybe"}, json={"pairs": pairs[:1]})
+        assert bad.status_code == 422 and bad.json()["field"] == "unknown"

@@ -26,7 +26,7 @@ class Slow:
         self.app, self.on = app, False
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if self.on and scope["type"] == "http" and scope["path"].startswith("/v1/users/"):
+        if self.on and scope["type"] == "http" and scope["path"].startswith(("/v1/users/", "/v1/predictions")):
             await asyncio.sleep(SLOW_S)
         await self.app(scope, receive, send)
 
@@ -84,3 +84,22 @@ def test_a_down_party_is_listed_and_the_others_merged(trained: tuple[Federation,
         fed.client.register("p2", url)
     assert body["partial"] is True and body["unavailable"] == {"p2": "party_unavailable"}
     assert body["items"] and {it["party_id"] for it in body["items"]} == {"p0", "p1"}
+
+
+def test_predictions_of_a_slow_party_are_unavailable_at_the_deadline(trained: tuple[Federation, Slow]) -> None:
+    fed, slow = trained
+    body, _ = _merged(fed)
+    first = {it["party_id"]: it["item_id"] for it in body["items"]}
+    pairs = [{"user_id": "user-1", "item_id": first[pid], "party_id": pid} for pid in ("p0", "p1", "p2")]
+    slow.on = True
+    try:
+        started = time.monotonic()
+        r = fed.http.post(f"{fed.coordinator.url}/v1/predictions", json={"pairs": pairs}, headers=KEY)
+        elapsed = time.monotonic() - started
+    finally:
+        slow.on = False
+    assert r.status_code == 200, r.text
+    assert elapsed < SLOW_S - 2  # the coordinator did not wait for the slow party
+    got = r.json()
+    assert got["partial"] is True and got["unavailable"] == {"p2": "party_unavailable"}
+    assert [p["status"] for p in got["predictions"]] == ["ok", "ok", "unavailable"]
