@@ -64,7 +64,26 @@ def register_party(
             party = checked(c.post("/v1/parties", json={"party_id": party_id, "url": party_url, "token": party_token}))
         except Conflict:  # already registered: re-point it
             party = checked(c.patch(f"/v1/parties/{party_id}", json={"url": party_url, "token": party_token}))
+        found = checked(c.post("/v1/parties/check", params={"party_ids": [party_id]}))
     out.print_json(data=party)
+    for row in found:
+        if not row["ok"]:
+            err.print(f"warning: party {row['party_id']} {row['reason']}", markup=False)
+
+
+@reported
+def check(url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt = None,
+          party_ids: Annotated[str | None, typer.Option(help="comma-separated party ids (default: every registered)")]
+          = None, *, tls: Tls) -> None:
+    """Pre-flight of the parties (reachable, credential, protocol version, data); exits 1 when one fails."""
+    with client(url, token, tls) as c:
+        found = checked(c.post("/v1/parties/check", params={"party_ids": _party_ids(party_ids) or []}))
+    table = Table("party", "ok", "what to fix")
+    for row in found:
+        table.add_row(row["party_id"], "yes" if row["ok"] else "no", escape(row["reason"]))
+    out.print(table if found else "no parties registered")
+    if not all(row["ok"] for row in found):
+        raise typer.Exit(1)
 
 
 def _party_ids(value: str | None) -> list[str] | None:
@@ -182,6 +201,7 @@ def register(app: typer.Typer) -> None:
     coord.command("register-party")(register_party)
     coord.command("parties")(parties)
     coord.command("remove-party")(remove_party)
+    coord.command("check")(check)
     coord.command("runs")(runs)
     for name, command in (("create", create), ("status", status), ("cancel", cancel)):
         coord.command(name)(command)  # same as `fedrec run ...`, next to the other coordinator commands

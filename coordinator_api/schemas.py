@@ -87,6 +87,14 @@ class RoundRead(BaseModel):
     seconds: float
 
 
+class PartyCheckRead(BaseModel):
+    """One party's pre-flight: whether it can take part in a run, and if not, what to fix."""
+
+    party_id: str
+    ok: bool
+    reason: str = Field(description="empty when ok; else e.g. unreachable, refused the credential, holds no data")
+
+
 class TrainingRunRead(BaseModel):
     """A run's status: state, current round, per-round metrics, bytes sent/received per party."""
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
+from pydantic import Field
 
 from api_common.errors import error_responses
 from api_common.params import NamePath
 from api_common.guard import body_class
-from coordinator_api.deps import AdminDep, SessionDep
-from coordinator_api.schemas import PartyCreate, PartyRead, PartyUpdate
+from coordinator_api.deps import AdminDep, ManagerDep, SessionDep
+from coordinator_api.schemas import PartyCheckRead, PartyCreate, PartyRead, PartyUpdate
 from services.coordinator import registry
+from services.protocol.ids import NAME_PATTERN
 
 router = APIRouter(prefix="/v1/parties", tags=["parties"], dependencies=[AdminDep],
                    responses=error_responses(401, 403, 404, 409, 422))
@@ -29,6 +33,16 @@ def list_parties(session: SessionDep) -> list[PartyRead]:
 def register_party(body: PartyCreate, session: SessionDep) -> PartyRead:
     """Register a party."""
     return _read(registry.register(session=session, **body.model_dump()))
+
+
+@router.post("/check", response_model=list[PartyCheckRead])
+def check_parties(session: SessionDep, manager: ManagerDep,
+                  party_ids: Annotated[list[Annotated[str, Field(pattern=NAME_PATTERN)]] | None,
+                                       Query(max_length=1000)] = None) -> list[PartyCheckRead]:
+    """Pre-flight of the registered parties (or the named ones): reachable, credential, protocol version, data."""
+    ids = party_ids or [p.party_id for p in registry.list_parties(session=session)]
+    reasons = manager.check(party_ids=ids)
+    return [PartyCheckRead(party_id=p, ok=not why, reason=why) for p, why in sorted(reasons.items())]
 
 
 @router.get("/{party_id}", response_model=PartyRead)

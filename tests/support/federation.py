@@ -67,12 +67,12 @@ class Federation:
 @contextmanager
 def federation(root: Path, *, n_parties: int = 3, wrap: Callable[[str, Any], Any] | None = None,
                party: dict[str, Any] | None = None, server: dict[str, Any] | None = None,
-               **coord: Any) -> Iterator[Federation]:
+               datasets: dict[str, Dataset] | None = None, **coord: Any) -> Iterator[Federation]:
     """Start parties (optionally wrapping each ASGI app) and a coordinator; load data; register parties.
 
     `party` overrides every party's settings, `server` passes uvicorn options (TLS) to the party servers.
     """
-    datasets = tiny_parties(n_parties)
+    datasets = datasets if datasets is not None else tiny_parties(n_parties)
     with ExitStack() as stack:
         servers = {}
         http = stack.enter_context(httpx.Client(timeout=60))
