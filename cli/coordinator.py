@@ -110,8 +110,13 @@ def _follow(c: httpx.Client, run: dict[str, Any], *, timeout_s: float) -> dict[s
 @reported
 def create(
     url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt = None,
-    rounds: Annotated[int, typer.Option(min=1)] = 20, min_parties: Annotated[int, typer.Option(min=1)] = 2,
-    seed: int = 0, config: Annotated[str, typer.Option(help="engine settings as JSON, e.g. '{\"dim\": 8}'")] = "{}",
+    preset: Annotated[str | None, typer.Option(help="named settings: tuned-ranking (default), tuned (RMSE), "
+                                                    "verfedgnn-paper")] = None,
+    rounds: Annotated[int | None, typer.Option(min=1, help="at most this many rounds (default: the preset's cap; "
+                                                        "early stopping on validation)")] = None,
+    min_parties: Annotated[int, typer.Option(min=1)] = 2, seed: int = 0,
+    config: Annotated[str, typer.Option(help="settings that override the preset's, as JSON, e.g. '{\"dim\": 8}' "
+                                             "(docs/engine.md lists them)")] = "{}",
     party_ids: Annotated[str | None, typer.Option(help="comma-separated party ids to train with (default: all enabled)")]
     = None,
     wait: Annotated[bool, typer.Option(help="follow the run until it ends; exit 1 if it fails or is cancelled")]
@@ -125,8 +130,9 @@ def create(
         settings = json.loads(config)
     except ValueError as exc:
         raise CliError(f"--config is not JSON ({exc})") from None
-    body = {"rounds": rounds, "min_parties": min_parties, "seed": seed, "config": settings,
-            "party_ids": _party_ids(party_ids)}
+    body: dict[str, Any] = {"min_parties": min_parties, "seed": seed, "config": settings,
+                            "party_ids": _party_ids(party_ids)}
+    body.update({k: v for k, v in (("preset", preset), ("rounds", rounds)) if v is not None})
     with client(url, token, tls) as c:
         run = _check(c.post("/v1/runs", json=body))
         out.print(f"run {run['run_id']} {run['state']}")

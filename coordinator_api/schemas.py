@@ -7,7 +7,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 
+from services.coordinator.run_config import PresetName, RunConfig
 from services.protocol.ids import NAME_PATTERN, IdStr
+from services.verfedgnn.config import VerFedGNNRunConfig
 
 # A credential goes into an HTTP header and a URL into a request line: printable ASCII only, no spaces
 # (a token the coordinator could not send would make every call to that party fail as "unavailable").
@@ -65,14 +67,27 @@ class PartyRead(BaseModel):
 
 
 class TrainingRunCreate(BaseModel):
-    """A run: how many rounds, the min_parties policy, the seed and engine settings (TrainConfig fields)."""
+    """A run: its preset and settings, how many rounds at most, the min_parties policy, the seed, the parties.
 
-    model_config = ConfigDict(extra="forbid")
-    rounds: int = Field(default=20, ge=1, le=100_000)
+    Strict: numbers must be JSON numbers (no strings, no booleans), floats finite, keys known.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    preset: PresetName | None = Field(
+        default=None, description="named settings the run starts from; `config` overrides them one by one. "
+        "Default: the protocol's measured best (VerFedGNN: tuned-ranking, the model the demo and "
+        "benchmarks/ranking.py measure; FedPerGNN: tuned). `tuned` is the RMSE preset, `verfedgnn-paper` the "
+        "paper's setting (the engine's own defaults)")
+    config: RunConfig = Field(
+        default_factory=VerFedGNNRunConfig,
+        description="the protocol (`protocol`, default verfedgnn) and the settings that override the preset's; "
+        "the defaults shown are the default preset's")
+    rounds: int | None = Field(
+        default=None, ge=1, le=100_000, description="at most this many rounds (default: the preset's cap, 1000 for "
+        "tuned-ranking); the run ends earlier after `patience` rounds without a better validation RMSE")
     min_parties: int = Field(default=2, ge=1, le=1000)
     seed: int = Field(default=0, ge=0, le=2**31 - 1)
     party_ids: list[str] | None = Field(default=None, min_length=1)
-    config: dict[str, Any] = Field(default_factory=dict)
 
 
 class RoundRead(BaseModel):
@@ -110,7 +125,8 @@ class TrainingRunRead(BaseModel):
     excluded: dict[str, str] = Field(default_factory=dict,
                                      description="parties the run left out (pre-flight, alignment, set-up) and why")
     n_users: int | None
-    config: dict[str, Any]
+    config: dict[str, Any] = Field(description="every setting of the run, resolved at creation (preset and "
+                                   "overrides; `protocol` included)")
     privacy: dict[str, Any] = Field(description="effective privacy mechanisms and parameters (defaults included)")
     privacy_report: dict[str, Any] = Field(
         description="the mechanisms and the attack F1 measured against the same mechanisms on a reference data set "

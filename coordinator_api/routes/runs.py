@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import APIRouter
+from pydantic import ValidationError
 
 from api_common.errors import error_responses
 from api_common.params import NamePath
@@ -10,12 +13,15 @@ from api_common.guard import body_class
 from coordinator_api.deps import AdminDep, ManagerDep, SessionDep
 from coordinator_api.schemas import RoundRead, TrainingRunCreate, TrainingRunRead
 from services.coordinator import runs
+from services.coordinator.run_config import resolve_run
 from services.coordinator.runner import epsilon_spent, train_config
 from services.db.coordinator_tables import RoundRow, RunRow
+from services.errors import Conflict, DomainError
 from services.privacy.report import privacy_report
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], dependencies=[AdminDep],
                    responses=error_responses(401, 403, 404, 409, 422, 502))
+log = logging.getLogger("fedrec.coordinator")
 
 
 def _read(run: RunRow, rounds: list[RoundRow]) -> TrainingRunRead:
@@ -37,25 +43,55 @@ def _read(run: RunRow, rounds: list[RoundRow]) -> TrainingRunRead:
 
 @router.post("", response_model=TrainingRunRead, status_code=202, openapi_extra=body_class("small"))
 def create_run(body: TrainingRunCreate, session: SessionDep, manager: ManagerDep) -> TrainingRunRead:
-    """Create a run and start it in the background (409 while another run is active)."""
-    manager.validate_config(body.config)
-    run = runs.create(session=session, rounds=body.rounds, min_parties=body.min_parties, seed=body.seed,
-                      config=body.config, party_ids=body.party_ids)
+    """Create a run from a preset and settings, and start it in the background (409 while another run is active).
+
+    The settings are resolved and checked and the run's privacy guarantee computed before anything is stored.
+    """
+    resolved = resolve_run(config=body.config, preset=body.preset, rounds=body.rounds, seed=body.seed)
+    run = runs.create(session=session, rounds=resolved.rounds, min_parties=body.min_parties, seed=body.seed,
+                      config=resolved.config, party_ids=body.party_ids)
     manager.submit(run.run_id)
     return _read(run, [])
 
 
+def _read_stored(run: RunRow, rounds: list[RoundRow]) -> TrainingRunRead | None:
+    """A run as stored; one whose settings no longer read back is shown without its privacy figures.
+
+    Runs are checked before they are stored, but rows written by older versions or by hand may not be:
+    one such row must never break the listing (issue 23, N8). None if even its plain fields are unreadable.
+    """
+    try:
+        return _read(run, rounds)
+    except (DomainError, ValidationError, ArithmeticError, ValueError, TypeError) as exc:
+        log.warning("run %s: stored settings unreadable: %s", run.run_id, exc)
+    try:
+        return TrainingRunRead(
+            run_id=run.run_id, state=run.state, detail=run.detail, rounds_total=run.rounds_total,
+            rounds_done=run.rounds_done, current_round=max(0, min(run.rounds_done, run.rounds_total - 1)),
+            min_parties=run.min_parties, seed=run.seed, party_ids=run.party_ids, n_users=run.n_users,
+            config=run.config if isinstance(run.config, dict) else {},
+            privacy={"unreadable": "the stored settings of this run are not valid; its privacy figures are unknown"},
+            privacy_report={}, bytes_sent=run.bytes_sent, bytes_received=run.bytes_received, rounds=[],
+            created_at=run.created_at, updated_at=run.updated_at)
+    except (ValidationError, TypeError, ValueError) as exc:
+        log.warning("run %s: stored row unreadable, left out of the answer: %s", run.run_id, exc)
+        return None
+
+
 @router.get("", response_model=list[TrainingRunRead])
 def list_runs(session: SessionDep) -> list[TrainingRunRead]:
-    """All runs, newest first (without per-round history)."""
-    return [_read(r, []) for r in runs.list_runs(session=session)]
+    """All runs, newest first (without per-round history); a run whose stored row is unreadable is left out."""
+    return [r for r in (_read_stored(run, []) for run in runs.list_runs(session=session)) if r is not None]
 
 
 @router.get("/{run_id}", response_model=TrainingRunRead)
 def get_run(run_id: NamePath, session: SessionDep) -> TrainingRunRead:
     """Status of one run."""
     run = runs.get(session=session, run_id=run_id)
-    return _read(run, runs.rounds_of(session=session, run_id=run_id))
+    read = _read_stored(run, runs.rounds_of(session=session, run_id=run_id))
+    if read is None:
+        raise Conflict(f"run {run_id} is stored in a form this coordinator cannot read", extra={"run_id": run_id})
+    return read
 
 
 @router.post("/{run_id}/cancel", response_model=TrainingRunRead, status_code=202)

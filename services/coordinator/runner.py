@@ -20,7 +20,6 @@ from services.coordinator import runs
 from services.coordinator.client import HttpLink, PartyClient, TrafficCounter
 from services.coordinator.preflight import check_parties
 from services.coordinator.psi import align_users
-from services.crypto.interaction_dp import require_budget
 from services.errors import DomainError, PartyUnavailable, ValidationFailed
 from services.federation import registry
 from services.federation.aggregation import aggregation
@@ -105,13 +104,6 @@ class RunManager:
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="fedrec-fanout")
         self.futures: dict[str, Future[None]] = {}
         self._stalled_since: dict[str, float] = {}  # run -> when it began waiting without progress
-
-    def validate_config(self, config: dict[str, Any]) -> None:
-        """Refuse an engine config the parties would refuse, and a run whose whole-run ε exceeds its budget (409)."""
-        checked = train_config(config, seed=0, rounds=1)
-        if getattr(checked, "dp_budget_epsilon", None) is not None:
-            require_budget(checked.guarantee(), budget_epsilon=checked.dp_budget_epsilon,
-                           budget_delta=checked.dp_budget_delta)
 
     def submit(self, run_id: str) -> None:
         """Queue a run for execution."""

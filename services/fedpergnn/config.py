@@ -1,30 +1,39 @@
-"""FedPerGNN run configuration: the shared GNN settings plus FedPerGNN's privacy mechanisms."""
+"""FedPerGNN run configuration: the shared GNN settings plus FedPerGNN's privacy mechanisms (engine and API)."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from services.fedpergnn.ldp import ldp_epsilon
-from services.verfedgnn.config import RunGuarantee, TrainConfig
+from services.verfedgnn.config import RunGuarantee, TrainConfig, VerFedGNNSettings
+from services.verfedgnn.presets import PROTOCOL_TUNING, preset_values
 
 
-class FedPerGNNConfig(BaseModel):
+class FedPerGNNSettings(BaseModel):
+    """FedPerGNN's own mechanisms: graph expansion through a relay, LDP gradients, pseudo-interacted rows."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    use_ldp: bool = Field(True, description="clip every uploaded gradient element and add Laplace noise (LDP)")
+    ldp_clip: float = Field(0.1, gt=0.0, le=1e3, description="δ: every uploaded gradient element is clipped to [−δ, δ]")
+    ldp_scale: float = Field(0.2, gt=0.0, le=1e3, description="λ: Laplace noise scale added to every uploaded element")
+    n_pseudo: int = Field(1000, ge=0, le=10_000_000, description="pseudo-interacted rows uploaded per round (capped by the "
+                          "rows with no real gradient)")
+    expand_every: int = Field(1, ge=1, le=100_000, description="rounds between graph expansions (FedPerGNN: once per epoch; "
+                              "a full-batch round is an epoch here)")
+
+
+class FedPerGNNConfig(FedPerGNNSettings):
     """Graph expansion through a relay, LDP gradients, pseudo-interacted rows (Wu et al. 2022, transposed).
 
     `train` carries the model, optimizer and seed (the same GNN as VerFedGNN, so accuracy is
     compared protocol against protocol); its projection and quantization switches are unused.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
     train: TrainConfig
-    use_ldp: bool = True
-    ldp_clip: float = Field(0.1, gt=0.0, description="δ: every uploaded gradient element is clipped to [−δ, δ]")
-    ldp_scale: float = Field(0.2, gt=0.0, description="λ: Laplace noise scale added to every uploaded element")
-    n_pseudo: int = Field(1000, ge=0, description="pseudo-interacted rows uploaded per round (capped by the "
-                          "rows with no real gradient)")
-    expand_every: int = Field(1, ge=1, description="rounds between graph expansions (FedPerGNN: once per epoch; "
-                              "a full-batch round is an epoch here)")
 
     def guarantee(self) -> RunGuarantee:
         """The whole-run interaction-level DP guarantee of the shared training settings (randomized response)."""
@@ -42,3 +51,38 @@ class FedPerGNNConfig(BaseModel):
                     if self.use_ldp else None},
             "pseudo_interactions": {"enabled": self.use_ldp and self.n_pseudo > 0, "rows": self.n_pseudo},
         }
+
+
+DEFAULT_PRESET = "tuned"  # FedPerGNN's ranking objective was never measured: its runs default to the RMSE preset
+
+
+def _run_schema(schema: dict[str, Any]) -> None:
+    """The OpenAPI defaults of a FedPerGNN run's settings are its default preset's."""
+    values = {**preset_values(DEFAULT_PRESET, "gcn"), **PROTOCOL_TUNING.get(DEFAULT_PRESET, {}).get("fedpergnn", {})}
+    for name, value in values.items():
+        if name in schema["properties"]:
+            schema["properties"][name]["default"] = value
+
+
+class FedPerGNNRunConfig(VerFedGNNSettings, FedPerGNNSettings):
+    """A coordinator run's FedPerGNN settings: each one set here overrides the run's preset (default tuned).
+
+    The GNN settings are VerFedGNN's (same model, compared protocol against protocol); its projection,
+    quantization and secure-aggregation switches are unused by FedPerGNN. Strict as VerFedGNN's.
+    """
+
+    model_config = ConfigDict(strict=True, json_schema_extra=_run_schema)
+
+    protocol: Literal["fedpergnn"] = Field(description="the federated protocol of the run")
+
+    def explicit(self) -> dict[str, Any]:
+        """The settings the caller set (protocol aside), as plain values."""
+        return self.model_dump(include=self.model_fields_set - {"protocol"})
+
+
+def fedpergnn_config(config: Mapping[str, Any], *, seed: int, rounds: int) -> FedPerGNNConfig:
+    """The engine config of a stored FedPerGNN run config (every setting, `protocol` included)."""
+    own = set(FedPerGNNSettings.model_fields)
+    train = {k: v for k, v in config.items() if k not in own and k != "protocol"}
+    return FedPerGNNConfig(train=TrainConfig(**train, seed=seed, rounds=rounds),
+                           **{k: v for k, v in config.items() if k in own})

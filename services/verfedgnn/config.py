@@ -13,64 +13,82 @@ from models.vertical import VerFedGNNConfig
 from services.crypto import projection as proj
 from services.crypto.interaction_dp import RunGuarantee, run_guarantee
 from services.crypto.projection import ProjectionSpec, projection_spec
+from services.verfedgnn.presets import DEFAULT_PRESET, preset_values
 
 RATING_BUCKETS = 6  # absent + 5 levels (1..5); p is set per party from its own scale, ε is the same
 
 
-class TrainConfig(BaseModel):
-    """Hyper-parameters and privacy switches of one training run (identical at every participant)."""
+class VerFedGNNSettings(BaseModel):
+    """Every setting of a VerFedGNN run except its seed and length (identical at every participant)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    model: Literal["gcn", "gat", "ggnn", "mf"] = "gcn"
+    model: Literal["gcn", "gat", "ggnn", "mf"] = Field("gcn", description="graph layer (mf: no propagation)")
     dim: int = Field(6, ge=1, le=1024, description="embedding size D")
     layers: int = Field(2, ge=0, le=8, description="propagation layers K (0 for mf)")
-    activation: Literal["sigmoid", "tanh", "identity", "relu"] = "sigmoid"
-    use_bias: bool = True
+    activation: Literal["sigmoid", "tanh", "identity", "relu"] = Field(
+        "sigmoid", description="non-linearity after each propagation layer")
+    use_bias: bool = Field(True, description="rating = μ + b_u + b_v + h_u·h_v; False: h_u·h_v alone")
     gate_init: float = Field(1.0, ge=0.0, le=1.0, description="initial weight of other parties' aggregates")
-    init_std: float = Field(0.1, gt=0.0, le=1.0)
+    init_std: float = Field(0.1, gt=0.0, le=1.0, description="standard deviation of the initial embeddings")
     rating_levels: int = Field(0, ge=0, le=64, description="0: plain edges; L > 0: learnable weight per rating level")
     transform: bool = Field(True, description="GCN/GAT layers apply W^k; False: LightGCN-style (W^k = I)")
-    optimizer: Literal["adagrad", "adam"] = "adagrad"
-    lr: float = Field(0.05, gt=0.0, description="learning rate of the public parameters (coordinator)")
-    lr_private: float | None = Field(None, gt=0.0, description="learning rate of item parameters (default lr)")
-    reg: float = Field(0.0, ge=0.0, description="L2 per training rating on the final h_u and h_v")
-    weight_decay: float = Field(0.0, ge=0.0, description="uniform L2 on e^0: items at the party, users at the coordinator")
-    reg_bias: float = Field(0.0, ge=0.0, description="L2 per training rating on user and item biases")
-    reg_warmup: int = Field(0, ge=0, description="rounds over which reg and weight_decay ramp up linearly from 0 "
-                            "(lets embeddings leave the zero saddle before strong L2 applies)")
-    rounds: int = Field(200, ge=1)
-    patience: int = Field(30, ge=1, description="early stopping: rounds without validation improvement")
-    thd: float = Field(4.0, description="only ratings >= thd become graph edges")
-    clip_bound: float = Field(0.5, gt=0.0)
-    grad_scale: float = Field(1.0, gt=0.0, description="public gradients are multiplied by this before clipping "
-                              "and quantization, and divided by it after aggregation")
-    r: float = Field(3.0, gt=0.0, description="ternary quantization level (needs r >= clip_bound)")
-    q_ratio: float = Field(0.2, gt=0.0, le=0.5, description="q = round(q_ratio · N)")
-    projection_kind: Literal["gaussian", "sparse"] = "gaussian"
-    nnz_per_column: int = Field(4, ge=1)
-    alpha: float = Field(1.0, gt=0.0, le=1.0, description="participation rate")
-    rank_weight: float = Field(0.0, ge=0.0, description="weight of each party's in-party full softmax ranking loss "
-                               "(0: rating loss only); negatives are the party's own items outside a user's training set")
-    rank_dims: int = Field(0, ge=0, description="trailing embedding coordinates used only by the ranking score")
+    optimizer: Literal["adagrad", "adam"] = Field("adagrad", description="optimizer of every parameter")
+    lr: float = Field(0.05, gt=0.0, le=10.0, description="learning rate of the public parameters (coordinator)")
+    lr_private: float | None = Field(None, gt=0.0, le=10.0,
+                                     description="learning rate of item parameters (default lr)")
+    reg: float = Field(0.0, ge=0.0, le=1e4, description="L2 per training rating on the final h_u and h_v")
+    weight_decay: float = Field(0.0, ge=0.0, le=1e6, description="uniform L2 on e^0: items at the party, users at "
+                                "the coordinator")
+    reg_bias: float = Field(0.0, ge=0.0, le=1e4, description="L2 per training rating on user and item biases")
+    reg_warmup: int = Field(0, ge=0, le=100_000, description="rounds over which reg and weight_decay ramp up "
+                            "linearly from 0 (lets embeddings leave the zero saddle before strong L2 applies)")
+    patience: int = Field(30, ge=1, le=100_000, description="early stopping: the run ends after this many rounds "
+                          "without a better validation RMSE (needs validation ratings labelled at the parties)")
+    thd: float = Field(4.0, ge=-1e6, le=1e6, description="only ratings >= thd become graph edges")
+    clip_bound: float = Field(0.5, gt=0.0, le=1e3, description="public gradients are clipped to this "
+                              "L-infinity bound before ternary quantization")
+    grad_scale: float = Field(1.0, gt=0.0, le=1e3, description="public gradients are multiplied by this before "
+                              "clipping and quantization, and divided by it after aggregation")
+    r: float = Field(3.0, gt=0.0, le=1e3, description="ternary quantization level (needs r >= clip_bound)")
+    q_ratio: float = Field(0.2, gt=0.0, le=0.5, description="rows of the projection Φ: q = round(q_ratio · N)")
+    projection_kind: Literal["gaussian", "sparse"] = Field("gaussian", description="dense Gaussian Φ or a sparse "
+                                                           "sketch with nnz_per_column non-zeros per column")
+    nnz_per_column: int = Field(4, ge=1, le=1024, description="non-zeros per column of a sparse Φ")
+    alpha: float = Field(1.0, gt=0.0, le=1.0, description="participation rate: share of parties drawn each round")
+    rank_weight: float = Field(0.0, ge=0.0, le=1e3, description="weight of each party's in-party full softmax "
+                               "ranking loss (0: rating loss only); negatives are the party's own items outside a "
+                               "user's training set")
+    rank_dims: int = Field(0, ge=0, le=1023, description="trailing embedding coordinates used only by the ranking "
+                           "score (must be < dim)")
     gradient_protection: Literal["ternary", "dgrec"] = Field(
         "ternary", description="how uploaded public gradients are protected when use_quantization is on: clip + "
-        "ternary quantization (r, clip_bound), or DGREC's 1-bit encoding with unbiased decoding (dgrec_delta, dgrec_strength)")
-    dgrec_delta: float = Field(0.1, gt=0.0, description="DGREC clipping threshold δ")
-    dgrec_strength: float = Field(1.0, gt=0.0, description="DGREC perturbation strength β (β-LDP per element)")
-    use_projection: bool = True
-    use_quantization: bool = True
+        "ternary quantization (r, clip_bound), or DGREC's 1-bit encoding with unbiased decoding (dgrec_delta, "
+        "dgrec_strength)")
+    dgrec_delta: float = Field(0.1, gt=0.0, le=1e3, description="DGREC clipping threshold δ")
+    dgrec_strength: float = Field(1.0, gt=0.0, le=1e3, description="DGREC perturbation strength β (β-LDP per "
+                                  "element)")
+    use_projection: bool = Field(True, description="parties exchange Φ-projected aggregates, not raw ones")
+    use_quantization: bool = Field(True, description="uploaded public gradients are protected "
+                                   "(gradient_protection); False: sent as they are")
     secure_aggregation: bool = Field(False, description="mask every per-party message the coordinator sums "
                                      "(pairwise X25519 masks); the coordinator API turns it on for every run "
                                      "unless the run's config sets it false")
-    dp_epsilon: float | None = Field(None, gt=0.0, le=50.0,
+    # ε below 1e-3 protects nothing more in practice and drives the accountant into underflow (N8).
+    dp_epsilon: float | None = Field(None, ge=1e-3, le=50.0,
                                      description="interaction-level differential privacy: ε of the randomized "
                                      "response each party applies once to its training matrix (None: off)")
     dp_delta: float = Field(1e-6, ge=0.0, lt=1.0, description="δ at which the run's ε is reported")
-    dp_budget_epsilon: float | None = Field(None, gt=0.0, description="refuse the run (409) if its whole-run ε "
-                                            "exceeds this")
-    dp_budget_delta: float = Field(1e-5, ge=0.0, lt=1.0)
-    seed: int = Field(0, ge=0)
+    dp_budget_epsilon: float | None = Field(None, ge=1e-3, le=1e3, description="refuse the run (409) if its "
+                                            "whole-run ε exceeds this (None: no budget)")
+    dp_budget_delta: float = Field(1e-5, ge=0.0, lt=1.0, description="δ at which dp_budget_epsilon is checked")
+
+
+class TrainConfig(VerFedGNNSettings):
+    """Hyper-parameters and privacy switches of one training run (identical at every participant)."""
+
+    rounds: int = Field(200, ge=1, le=100_000, description="at most this many rounds")
+    seed: int = Field(0, ge=0, description="run seed: public-parameter initialisation, participant draws, Φ")
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
@@ -131,9 +149,40 @@ class TrainConfig(BaseModel):
 RUN_DEFAULTS: dict[str, Any] = {"secure_aggregation": True}  # a coordinator run's settings unless its config differs
 
 
+def _default_run_values() -> dict[str, Any]:
+    """What a coordinator run with no preset and no settings gets: RUN_DEFAULTS over the default preset."""
+    return {k: v for k, v in {**preset_values(DEFAULT_PRESET, "gcn"), **RUN_DEFAULTS}.items() if k != "rounds"}
+
+
+def _run_schema(schema: dict[str, Any]) -> None:
+    """The OpenAPI defaults of a run's settings are the default preset's (what a run gets when it sets nothing)."""
+    for name, value in _default_run_values().items():
+        schema["properties"][name]["default"] = value
+
+
+class VerFedGNNRunConfig(VerFedGNNSettings):
+    """A coordinator run's VerFedGNN settings: each one set here overrides the run's preset (default tuned-ranking).
+
+    Strict: numbers must be JSON numbers (no strings, no booleans), floats finite, keys known.
+    """
+
+    model_config = ConfigDict(strict=True, json_schema_extra=_run_schema)
+
+    protocol: Literal["verfedgnn"] = Field("verfedgnn", description="the federated protocol of the run")
+
+    def explicit(self) -> dict[str, Any]:
+        """The settings the caller set (protocol aside), as plain values."""
+        return self.model_dump(include=self.model_fields_set - {"protocol"})
+
+
 def run_config(config: Mapping[str, Any], *, seed: int, rounds: int) -> TrainConfig:
-    """The engine config of a coordinator run: RUN_DEFAULTS, then the run's config, its seed and rounds."""
-    return TrainConfig(**{**RUN_DEFAULTS, **config, "seed": seed, "rounds": rounds})
+    """The engine config of a coordinator run: RUN_DEFAULTS, then the run's stored config, its seed and rounds.
+
+    A run stores every setting it resolved at creation (preset and overrides, `protocol` included);
+    runs stored before presets existed hold only the keys they set, over the engine's defaults.
+    """
+    settings = {k: v for k, v in config.items() if not (k == "protocol" and v == "verfedgnn")}
+    return TrainConfig(**{**RUN_DEFAULTS, **settings, "seed": seed, "rounds": rounds})
 
 
 def model_config(config: TrainConfig) -> VerFedGNNConfig:

@@ -61,7 +61,7 @@ def test_run_validation(coord: httpx.Client) -> None:
     none = coord.post("/v1/runs", json={"rounds": 2, "min_parties": 2})
     assert none.status_code == 422 and none.json()["field"] == "min_parties"
     cfg = coord.post("/v1/runs", json={"rounds": 2, "config": {"dim": 0}})
-    assert cfg.status_code == 422 and cfg.json()["field"] == "config.dim"
+    assert cfg.status_code == 422 and cfg.json()["field"] == "dim"
     unknown = coord.post("/v1/runs", json={"rounds": 2, "party_ids": ["ghost"]})
     assert unknown.status_code == 422 and "ghost" in unknown.json()["detail"]
     zero = coord.post("/v1/runs", json={"rounds": 0})

@@ -15,6 +15,7 @@ from cli.localfed import ADMIN, API_KEY, COORD_TOKEN, CoordinatorClient, load_pa
 from coordinator_api.main import create_app as coordinator_app
 from party_api.main import create_app as party_app
 from services.config import CoordinatorSettings, PartySettings
+from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.secure import dev_party_secret
 from services.data.splits import vertical_split_dataset
 from services.data.synthetic import generate
@@ -22,7 +23,10 @@ from services.data.types import Dataset, Ratings
 from services.db.session import migrate, upgrade
 from tests.support.servers import LiveServer
 
-TINY_CONFIG: dict[str, Any] = {"dim": 4, "layers": 2, "q_ratio": 0.3}
+# The engine's own defaults spelled out (a run's unset settings come from its preset, tuned-ranking by
+# default), secure aggregation left to the coordinator's default (on), and a tiny model.
+ENGINE_DEFAULTS: dict[str, Any] = TrainConfig().model_dump(exclude={"seed", "rounds", "secure_aggregation"})
+TINY_CONFIG: dict[str, Any] = {**ENGINE_DEFAULTS, "dim": 4, "layers": 2, "q_ratio": 0.3}
 
 
 def _relabel(r: Ratings) -> Ratings:

@@ -1,0 +1,152 @@
+"""A coordinator run's typed settings: one model per protocol (discriminated on `protocol`) and named presets.
+
+A run is created from a preset (default: each protocol's measured best) and the settings its
+caller sets, which override the preset's. Everything is resolved, the engine config built and the
+run's privacy guarantee computed before the run is stored, so a stored run always reads back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Discriminator, Tag, ValidationError
+
+from services.crypto.interaction_dp import require_budget
+from services.errors import ValidationFailed
+from services.fedpergnn.config import DEFAULT_PRESET as FEDPERGNN_DEFAULT
+from services.fedpergnn.config import FedPerGNNConfig, FedPerGNNRunConfig, fedpergnn_config
+from services.verfedgnn.config import RUN_DEFAULTS, TrainConfig, VerFedGNNRunConfig, run_config
+from services.verfedgnn.presets import DEFAULT_PRESET as VERFEDGNN_DEFAULT
+from services.verfedgnn.presets import PRESETS, PROTOCOL_TUNING, preset_values
+
+PresetName = Literal["tuned-ranking", "tuned", "verfedgnn-paper"]  # the keys of PRESETS (tested)
+DEFAULT_PRESETS: dict[str, str] = {"verfedgnn": VERFEDGNN_DEFAULT, "fedpergnn": FEDPERGNN_DEFAULT}
+# Protocols this coordinator's runner executes; FedPerGNN's config is typed ahead of its engine wiring.
+RUNNABLE: frozenset[str] = frozenset({"verfedgnn"})
+EngineConfig = TrainConfig | FedPerGNNConfig
+
+
+def _protocol_of(value: Any) -> str | None:
+    """The union's tag: a body without `protocol` is a VerFedGNN config."""
+    tag = value.get("protocol", "verfedgnn") if isinstance(value, dict) else getattr(value, "protocol", None)
+    return tag if isinstance(tag, str) else None
+
+
+RunConfig = Annotated[
+    Annotated[VerFedGNNRunConfig, Tag("verfedgnn")] | Annotated[FedPerGNNRunConfig, Tag("fedpergnn")],
+    Discriminator(_protocol_of),
+]
+RUN_CONFIG_MODELS: dict[str, type[BaseModel]] = {"verfedgnn": VerFedGNNRunConfig, "fedpergnn": FedPerGNNRunConfig}
+
+
+@dataclass(frozen=True)
+class ResolvedRun:
+    """What a new run stores: its preset, its length and every setting (protocol included)."""
+
+    preset: str
+    rounds: int
+    config: dict[str, Any]
+    engine: EngineConfig
+
+
+def preset_settings(*, protocol: str, preset: str, model: str) -> dict[str, Any]:
+    """A preset's settings for a protocol and model (rounds included: the run's cap)."""
+    if preset not in PRESETS:
+        raise ValidationFailed(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}", extra={"field": "preset"})
+    return {**preset_values(preset, model), **PROTOCOL_TUNING.get(preset, {}).get(protocol, {})}
+
+
+def engine_config(config: Mapping[str, Any], *, seed: int, rounds: int) -> EngineConfig:
+    """The engine config of a stored run config; 422 naming the field if invalid."""
+    try:
+        if config.get("protocol", "verfedgnn") == "fedpergnn":
+            return fedpergnn_config(config, seed=seed, rounds=rounds)
+        return run_config(config, seed=seed, rounds=rounds)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"] if x != "train")
+        raise ValidationFailed(f"invalid config: {where + ': ' if where else ''}{err['msg']}",
+                               extra={"field": "config" + (f".{where}" if where else "")}) from exc
+
+
+def stored_settings(engine: EngineConfig) -> dict[str, Any]:
+    """Every setting of an engine config, as a run stores it (its seed and rounds are the run's own)."""
+    if isinstance(engine, FedPerGNNConfig):
+        return {"protocol": "fedpergnn", **engine.train.model_dump(exclude={"seed", "rounds"}),
+                **engine.model_dump(exclude={"train"})}
+    return {"protocol": "verfedgnn", **engine.model_dump(exclude={"seed", "rounds"})}
+
+
+def check_privacy(engine: EngineConfig) -> None:
+    """Compute the run's privacy record (its guarantee included) and hold it to the run's budget (409)."""
+    train = engine.train if isinstance(engine, FedPerGNNConfig) else engine
+    try:
+        engine.privacy_record()
+        guarantee = train.guarantee()
+    except (ArithmeticError, ValueError) as exc:  # a setting the accountant cannot compute a guarantee for
+        raise ValidationFailed(f"invalid config: the run's privacy guarantee cannot be computed ({exc})",
+                               extra={"field": "config.dp_epsilon"}) from exc
+    if train.dp_budget_epsilon is not None:
+        require_budget(guarantee, budget_epsilon=train.dp_budget_epsilon, budget_delta=train.dp_budget_delta)
+
+
+def resolve_run(*, config: VerFedGNNRunConfig | FedPerGNNRunConfig, preset: str | None, rounds: int | None,
+                seed: int) -> ResolvedRun:
+    """Preset, then the caller's settings; the engine config and privacy guarantee checked (422/409) before storing."""
+    protocol = config.protocol
+    if protocol not in RUNNABLE:
+        raise ValidationFailed(f"this coordinator cannot run protocol {protocol!r} yet; runnable: {sorted(RUNNABLE)}",
+                               extra={"field": "config.protocol"})
+    name = preset or DEFAULT_PRESETS[protocol]
+    explicit = config.explicit()
+    values = preset_settings(protocol=protocol, preset=name, model=explicit.get("model", "gcn"))
+    cap = int(values.pop("rounds"))
+    defaults = RUN_DEFAULTS if protocol == "verfedgnn" else {}
+    length = rounds if rounds is not None else cap
+    engine = engine_config({"protocol": protocol, **defaults, **values, **explicit}, seed=seed, rounds=length)
+    check_privacy(engine)
+    return ResolvedRun(preset=name, rounds=length, config=stored_settings(engine), engine=engine)
+
+
+def default_run_config(*, seed: int = 0) -> ResolvedRun:
+    """What a run that sets nothing gets."""
+    return resolve_run(config=VerFedGNNRunConfig(), preset=None, rounds=None, seed=seed)
+
+
+def settings_table(model: type[BaseModel]) -> str:
+    """A markdown table of a run config model's settings: name, type, default (the default preset's), bounds, meaning."""
+    props = model.model_json_schema()["properties"]
+    lines = ["| setting | type | default | bounds | meaning |", "|---|---|---|---|---|"]
+    for name, info in model.model_fields.items():
+        prop = props[name]
+        lines.append(f"| `{name}` | {_type(prop)} | {_cell(prop.get('default', '(required)'))} | {_bounds(prop)} "
+                     f"| {(info.description or '').replace('|', '/')} |")
+    return "\n".join(lines)
+
+
+def _type(prop: Mapping[str, Any]) -> str:
+    if "enum" in prop or "const" in prop:
+        return " / ".join(f"`{v}`" for v in prop.get("enum", [prop.get("const")]))
+    kinds = [p.get("type", "?") for p in prop.get("anyOf", [prop])]
+    return " or ".join(kinds)
+
+
+def _bounds(prop: Mapping[str, Any]) -> str:
+    parts = [p for p in prop.get("anyOf", [prop]) if p.get("type") in ("integer", "number")]
+    if not parts:
+        return ""
+    p = parts[0]
+    low = f"> {p['exclusiveMinimum']:g}" if "exclusiveMinimum" in p else (f"≥ {p['minimum']:g}" if "minimum" in p else "")
+    high = f"< {p['exclusiveMaximum']:g}" if "exclusiveMaximum" in p else (f"≤ {p['maximum']:g}" if "maximum" in p else "")
+    return ", ".join(x for x in (low, high) if x)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f"`{value}`"
+
