@@ -150,3 +150,28 @@ def _cell(value: Any) -> str:
         return str(value).lower()
     return f"`{value}`"
 
+def presets_table() -> str:
+    """A markdown table of the presets: name, the protocols' default, rounds cap and settings."""
+    lines = ["| preset | default of | rounds (cap) | settings (over the engine's defaults) |", "|---|---|---|---|"]
+    for name, values in PRESETS.items():
+        default = ", ".join(p for p, d in DEFAULT_PRESETS.items() if d == name) or "-"
+        rest = ", ".join(f"`{k}={v}`" for k, v in values.items() if k != "rounds")
+        lines.append(f"| `{name}` | {default} | {values['rounds']} | {rest} |")
+    return "\n".join(lines)
+
+
+def settings_doc_blocks() -> dict[str, str]:
+    """The generated blocks of docs/engine.md, by marker name."""
+    return {"presets": presets_table(), **{f"settings:{p}": settings_table(m) for p, m in RUN_CONFIG_MODELS.items()}}
+
+
+def update_settings_doc(path: str) -> None:
+    """Rewrite the generated blocks (`<!-- NAME -->` … `<!-- /NAME -->`) of a markdown file."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    for name, block in settings_doc_blocks().items():
+        start, end = f"<!-- {name} -->", f"<!-- /{name} -->"
+        head, rest = text.split(start, 1)
+        text = f"{head}{start}\n{block}\n{end}{rest.split(end, 1)[1]}"
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)

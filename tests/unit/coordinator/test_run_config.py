@@ -1,0 +1,69 @@
+"""Run settings: the default is the ranking benchmark's model, presets resolve, the settings doc cannot go stale."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import get_args
+
+import pytest
+
+from services.coordinator.run_config import (
+    RUN_CONFIG_MODELS,
+    PresetName,
+    default_run_config,
+    engine_config,
+    resolve_run,
+    settings_doc_blocks,
+)
+from services.errors import ValidationFailed
+from services.evaluation.runner import PRESETS, preset_values
+from services.fedpergnn.config import FedPerGNNConfig, FedPerGNNRunConfig
+from services.verfedgnn.config import RUN_DEFAULTS, TrainConfig, VerFedGNNRunConfig
+
+ENGINE_DOC = Path(__file__).resolve().parents[3] / "docs" / "engine.md"
+
+
+def test_the_default_run_trains_what_the_ranking_benchmark_measures() -> None:
+    # benchmarks/ranking.py::run_seed: TrainConfig(**{**RUN_DEFAULTS, **preset_values(preset, model), "seed": seed})
+    benchmark = TrainConfig(**{**RUN_DEFAULTS, **preset_values("tuned-ranking", "gcn"), "seed": 3})
+    resolved = default_run_config(seed=3)
+    assert resolved.engine == benchmark and resolved.preset == "tuned-ranking"
+    assert resolved.rounds == benchmark.rounds and benchmark.patience < benchmark.rounds  # early stopping can act
+    assert engine_config(resolved.config, seed=3, rounds=resolved.rounds) == benchmark  # the stored form reads back
+
+
+def test_explicit_settings_override_the_preset_and_unset_ones_keep_it() -> None:
+    resolved = resolve_run(config=VerFedGNNRunConfig(dim=40, rank_dims=8), preset="tuned-ranking", rounds=5, seed=0)
+    assert isinstance(resolved.engine, TrainConfig)
+    assert (resolved.engine.dim, resolved.engine.rank_dims, resolved.engine.rounds) == (40, 8, 5)
+    assert resolved.engine.weight_decay == 60.0 and resolved.engine.secure_aggregation
+    off = resolve_run(config=VerFedGNNRunConfig(secure_aggregation=False), preset="tuned", rounds=None, seed=0)
+    assert not off.config["secure_aggregation"] and off.rounds == PRESETS["tuned"]["rounds"]
+
+
+def test_fedpergnn_settings_build_its_engine_config() -> None:
+    model = FedPerGNNRunConfig(protocol="fedpergnn", dim=8, ldp_scale=0.5)
+    stored = {"protocol": "fedpergnn", **model.model_dump(exclude={"protocol"})}
+    engine = engine_config(stored, seed=2, rounds=3)
+    assert isinstance(engine, FedPerGNNConfig)
+    assert (engine.train.dim, engine.train.seed, engine.ldp_scale) == (8, 2, 0.5)
+    with pytest.raises(ValidationFailed) as err:  # typed ahead of the runner
+        resolve_run(config=model, preset=None, rounds=None, seed=0)
+    assert err.value.extra["field"] == "config.protocol"
+
+
+def test_every_preset_is_offered_by_name_and_builds_a_valid_config() -> None:
+    assert set(get_args(PresetName)) == set(PRESETS)
+    for name in PRESETS:
+        assert resolve_run(config=VerFedGNNRunConfig(), preset=name, rounds=None, seed=0).preset == name
+
+
+def test_engine_md_lists_every_setting_as_the_models_describe_it() -> None:
+    doc = ENGINE_DOC.read_text(encoding="utf-8")
+    fix = "python -c 'from services.coordinator.run_config import update_settings_doc as u; u(\"docs/engine.md\")'"
+    for name, block in settings_doc_blocks().items():
+        assert f"<!-- {name} -->\n{block}\n<!-- /{name} -->" in doc, f"docs/engine.md is stale: run {fix}"
+    for protocol, model in RUN_CONFIG_MODELS.items():
+        table = settings_doc_blocks()[f"settings:{protocol}"]
+        for field, info in model.model_fields.items():
+            assert f"| `{field}` |" in table and info.description, (protocol, field)
