@@ -11,8 +11,10 @@ import httpx
 import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
+from typer.testing import CliRunner
 
 from cli.localfed import ADMIN, free_port
+from cli.main import app
 from coordinator_api.main import create_app
 from services.coordinator.run_config import default_run_config
 from services.db.coordinator_tables import RunRow
@@ -136,3 +138,13 @@ def test_openapi_shows_every_setting_with_a_description(coord: httpx.Client) -> 
     assert schemas["VerFedGNNRunConfig"]["properties"]["dim"]["default"] == 96  # the default preset's value
     preset = schemas["TrainingRunCreate"]["properties"]["preset"]["anyOf"][0]
     assert set(preset["enum"]) == set(PRESETS)  # every preset is offered by name
+
+
+def test_cli_create_takes_a_preset_and_overrides(coord: httpx.Client) -> None:
+    base = str(coord.base_url).rstrip("/")
+    args = ["coordinator", "create", "--url", base, "--token", ADMIN, "--preset", "tuned", "--config", '{"dim": 24}']
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    run = coord.get("/v1/runs").json()[0]
+    assert run["config"]["dim"] == 24 and run["config"]["rank_weight"] == 0.0 and run["rounds_total"] == 1000
+    coord.post(f"/v1/runs/{run['run_id']}/cancel").raise_for_status()
