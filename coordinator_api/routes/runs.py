@@ -8,8 +8,8 @@ from fastapi import APIRouter
 from pydantic import ValidationError
 
 from api_common.errors import error_responses
-from api_common.params import NamePath
 from api_common.guard import body_class
+from api_common.params import NamePath
 from coordinator_api.deps import AdminDep, ManagerDep, SessionDep
 from coordinator_api.schemas import RoundRead, TrainingRunCreate, TrainingRunRead
 from services.coordinator import runs

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from services.data.types import Dataset
 from services.evaluation.harness import (
@@ -18,7 +17,7 @@ from services.evaluation.report import Summary
 from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.presets import MODEL_TUNING, PRESETS, PROTOCOL_TUNING, preset_values
 
-__all__ = ["MODEL_TUNING", "PRESETS", "PROTOCOL_TUNING", "preset_values", "load_dataset", "run_seeds"]  # presets: services/verfedgnn/presets.py
+__all__ = ["MODEL_TUNING", "PRESETS", "PROTOCOL_TUNING", "load_dataset", "preset_values", "run_seeds"]  # presets: services/verfedgnn/presets.py
 
 
 def load_dataset(kind: str, path: str | Path, *, split: str, seed: int) -> Dataset:

@@ -15,12 +15,12 @@ from cli.localfed import ADMIN, API_KEY, COORD_TOKEN, CoordinatorClient, load_pa
 from coordinator_api.main import create_app as coordinator_app
 from party_api.main import create_app as party_app
 from services.config import CoordinatorSettings, PartySettings
-from services.verfedgnn.config import TrainConfig
-from services.verfedgnn.secure import dev_party_secret
 from services.data.splits import vertical_split_dataset
 from services.data.synthetic import generate
 from services.data.types import Dataset, Ratings
 from services.db.session import migrate, upgrade
+from services.verfedgnn.config import TrainConfig
+from services.verfedgnn.secure import dev_party_secret
 from tests.support.servers import LiveServer
 
 # The engine's own defaults spelled out (a run's unset settings come from its preset, tuned-ranking by
