@@ -18,10 +18,13 @@ from services.coordinator.runner import epsilon_spent, train_config
 from services.db.coordinator_tables import RoundRow, RunRow
 from services.errors import Conflict, DomainError
 from services.privacy.report import privacy_report
+from services.verfedgnn.config import TrainConfig
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], dependencies=[AdminDep],
                    responses=error_responses(401, 403, 404, 409, 422, 502))
 log = logging.getLogger("fedrec.coordinator")
+# The shipped attack figures were measured on VerFedGNN's mechanisms only.
+NO_REPORT = {"note": "no attack figures are measured for this protocol"}
 
 
 def _read(run: RunRow, rounds: list[RoundRow]) -> TrainingRunRead:
@@ -32,7 +35,7 @@ def _read(run: RunRow, rounds: list[RoundRow]) -> TrainingRunRead:
         min_parties=run.min_parties, seed=run.seed, party_ids=run.party_ids, excluded=run.excluded or {},
         n_users=run.n_users,
         config=run.config, privacy={**config.privacy_record(), "epsilon_spent": epsilon_spent(config, run.state)},
-        privacy_report=privacy_report(config),
+        privacy_report=privacy_report(config) if isinstance(config, TrainConfig) else NO_REPORT,
         bytes_sent=run.bytes_sent, bytes_received=run.bytes_received,
         rounds=[RoundRead(round_index=r.round_index, participants=r.participants, failures=r.failures,
                           metrics=r.metrics, bytes_sent=r.bytes_sent, bytes_received=r.bytes_received,
@@ -55,22 +58,23 @@ def create_run(body: TrainingRunCreate, session: SessionDep, manager: ManagerDep
 
 
 def _read_stored(run: RunRow, rounds: list[RoundRow]) -> TrainingRunRead | None:
-    """A run as stored; one whose settings no longer read back is shown without its privacy figures.
+    """A run as stored; one whose privacy figures cannot be computed from its settings is shown without them.
 
     Runs are checked before they are stored, but rows written by older versions or by hand may not be:
     one such row must never break the listing (issue 23, N8). None if even its plain fields are unreadable.
     """
     try:
         return _read(run, rounds)
-    except (DomainError, ValidationError, ArithmeticError, ValueError, TypeError) as exc:
-        log.warning("run %s: stored settings unreadable: %s", run.run_id, exc)
+    except (DomainError, ValidationError, ArithmeticError, LookupError, AttributeError, ValueError, TypeError) as exc:
+        log.warning("run %s: privacy figures unavailable: %s: %s", run.run_id, type(exc).__name__, exc)
     try:
         return TrainingRunRead(
             run_id=run.run_id, state=run.state, detail=run.detail, rounds_total=run.rounds_total,
             rounds_done=run.rounds_done, current_round=max(0, min(run.rounds_done, run.rounds_total - 1)),
             min_parties=run.min_parties, seed=run.seed, party_ids=run.party_ids, n_users=run.n_users,
             config=run.config if isinstance(run.config, dict) else {},
-            privacy={"unreadable": "the stored settings of this run are not valid; its privacy figures are unknown"},
+            privacy={"unreadable": "this coordinator cannot compute the privacy figures of the run's stored "
+                                   "settings (invalid, or a protocol without a privacy report)"},
             privacy_report={}, bytes_sent=run.bytes_sent, bytes_received=run.bytes_received, rounds=[],
             created_at=run.created_at, updated_at=run.updated_at)
     except (ValidationError, TypeError, ValueError) as exc:

@@ -11,20 +11,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Discriminator, Tag, ValidationError
+from pydantic import BaseModel, Discriminator, Tag
 
+from services.coordinator.runner import train_config
 from services.crypto.interaction_dp import require_budget
 from services.errors import ValidationFailed
 from services.fedpergnn.config import DEFAULT_PRESET as FEDPERGNN_DEFAULT
-from services.fedpergnn.config import FedPerGNNConfig, FedPerGNNRunConfig, fedpergnn_config
-from services.verfedgnn.config import RUN_DEFAULTS, TrainConfig, VerFedGNNRunConfig, run_config
+from services.fedpergnn.config import FedPerGNNConfig, FedPerGNNRunConfig
+from services.verfedgnn.config import RUN_DEFAULTS, TrainConfig, VerFedGNNRunConfig
 from services.verfedgnn.presets import DEFAULT_PRESET as VERFEDGNN_DEFAULT
 from services.verfedgnn.presets import PRESETS, PROTOCOL_TUNING, preset_values
 
 PresetName = Literal["tuned-ranking", "tuned", "verfedgnn-paper"]  # the keys of PRESETS (tested)
 DEFAULT_PRESETS: dict[str, str] = {"verfedgnn": VERFEDGNN_DEFAULT, "fedpergnn": FEDPERGNN_DEFAULT}
-# Protocols this coordinator's runner executes; FedPerGNN's config is typed ahead of its engine wiring.
-RUNNABLE: frozenset[str] = frozenset({"verfedgnn"})
 EngineConfig = TrainConfig | FedPerGNNConfig
 
 
@@ -59,23 +58,16 @@ def preset_settings(*, protocol: str, preset: str, model: str) -> dict[str, Any]
 
 
 def engine_config(config: Mapping[str, Any], *, seed: int, rounds: int) -> EngineConfig:
-    """The engine config of a stored run config; 422 naming the field if invalid."""
-    try:
-        if config.get("protocol", "verfedgnn") == "fedpergnn":
-            return fedpergnn_config(config, seed=seed, rounds=rounds)
-        return run_config(config, seed=seed, rounds=rounds)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(x) for x in err["loc"] if x != "train")
-        raise ValidationFailed(f"invalid config: {where + ': ' if where else ''}{err['msg']}",
-                               extra={"field": "config" + (f".{where}" if where else "")}) from exc
+    """The engine config of a run's settings, through the protocol's plan; 422 naming the field if invalid."""
+    engine: EngineConfig = train_config(dict(config), seed=seed, rounds=rounds)
+    return engine
 
 
 def stored_settings(engine: EngineConfig) -> dict[str, Any]:
     """Every setting of an engine config, as a run stores it (its seed and rounds are the run's own)."""
     if isinstance(engine, FedPerGNNConfig):
-        return {"protocol": "fedpergnn", **engine.train.model_dump(exclude={"seed", "rounds"}),
-                **engine.model_dump(exclude={"train"})}
+        return {"protocol": "fedpergnn", **engine.model_dump(exclude={"train"}),
+                "train": engine.train.model_dump(exclude={"seed", "rounds"})}
     return {"protocol": "verfedgnn", **engine.model_dump(exclude={"seed", "rounds"})}
 
 
@@ -96,16 +88,17 @@ def resolve_run(*, config: VerFedGNNRunConfig | FedPerGNNRunConfig, preset: str 
                 seed: int) -> ResolvedRun:
     """Preset, then the caller's settings; the engine config and privacy guarantee checked (422/409) before storing."""
     protocol = config.protocol
-    if protocol not in RUNNABLE:
-        raise ValidationFailed(f"this coordinator cannot run protocol {protocol!r} yet; runnable: {sorted(RUNNABLE)}",
-                               extra={"field": "config.protocol"})
     name = preset or DEFAULT_PRESETS[protocol]
     explicit = config.explicit()
-    values = preset_settings(protocol=protocol, preset=name, model=explicit.get("model", "gcn"))
-    cap = int(values.pop("rounds"))
-    defaults = RUN_DEFAULTS if protocol == "verfedgnn" else {}
-    length = rounds if rounds is not None else cap
-    engine = engine_config({"protocol": protocol, **defaults, **values, **explicit}, seed=seed, rounds=length)
+    gnn = explicit.pop("train", {}) if protocol == "fedpergnn" else explicit
+    values = preset_settings(protocol=protocol, preset=name, model=gnn.get("model", "gcn"))
+    length = rounds if rounds is not None else int(values["rounds"])
+    values.pop("rounds")
+    if protocol == "fedpergnn":  # its plan applies the coordinator's run defaults to `train` itself
+        settings = {"protocol": protocol, **explicit, "train": {**values, **gnn}}
+    else:
+        settings = {"protocol": protocol, **RUN_DEFAULTS, **values, **explicit}
+    engine = engine_config(settings, seed=seed, rounds=length)
     check_privacy(engine)
     return ResolvedRun(preset=name, rounds=length, config=stored_settings(engine), engine=engine)
 
@@ -117,13 +110,21 @@ def default_run_config(*, seed: int = 0) -> ResolvedRun:
 
 def settings_table(model: type[BaseModel]) -> str:
     """A markdown table of a run config model's settings: name, type, default (the default preset's), bounds, meaning."""
-    props = model.model_json_schema()["properties"]
     lines = ["| setting | type | default | bounds | meaning |", "|---|---|---|---|---|"]
+    return "\n".join(lines + _rows(model, ""))
+
+
+def _rows(model: type[BaseModel], prefix: str) -> list[str]:
+    """One row per setting; a nested settings model (FedPerGNN's `train`) gives rows named `train.<setting>`."""
+    props, rows = model.model_json_schema()["properties"], []
     for name, info in model.model_fields.items():
+        if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
+            rows += _rows(info.annotation, f"{prefix}{name}.")
+            continue
         prop = props[name]
-        lines.append(f"| `{name}` | {_type(prop)} | {_cell(prop.get('default', '(required)'))} | {_bounds(prop)} "
-                     f"| {(info.description or '').replace('|', '/')} |")
-    return "\n".join(lines)
+        rows.append(f"| `{prefix}{name}` | {_type(prop)} | {_cell(prop.get('default', '(required)'))} | "
+                    f"{_bounds(prop)} | {(info.description or '').replace('|', '/')} |")
+    return rows
 
 
 def _type(prop: Mapping[str, Any]) -> str:

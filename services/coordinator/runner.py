@@ -62,7 +62,7 @@ def train_config(config: dict[str, Any], *, seed: int, rounds: int) -> Any:
     except ValidationError as exc:
         err = exc.errors()[0]
         raise ValidationFailed(f"invalid config: {err['msg']}",
-                               extra={"field": "config." + ".".join(str(x) for x in err["loc"])}) from exc
+                               extra={"field": ".".join(["config", *(str(x) for x in err["loc"])])}) from exc
 
 
 def epsilon_spent(config: Any, state: str) -> float | None:

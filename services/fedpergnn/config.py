@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from services.fedpergnn.ldp import ldp_epsilon
-from services.verfedgnn.config import RunGuarantee, TrainConfig, VerFedGNNSettings
+from services.verfedgnn.config import RunGuarantee, TrainConfig, VerFedGNNRunSettings
 from services.verfedgnn.presets import PROTOCOL_TUNING, preset_values
 
 
@@ -56,33 +55,34 @@ class FedPerGNNConfig(FedPerGNNSettings):
 DEFAULT_PRESET = "tuned"  # FedPerGNN's ranking objective was never measured: its runs default to the RMSE preset
 
 
-def _run_schema(schema: dict[str, Any]) -> None:
-    """The OpenAPI defaults of a FedPerGNN run's settings are its default preset's."""
+def _train_schema(schema: dict[str, Any]) -> None:
+    """The OpenAPI defaults of a FedPerGNN run's GNN settings are its default preset's."""
     values = {**preset_values(DEFAULT_PRESET, "gcn"), **PROTOCOL_TUNING.get(DEFAULT_PRESET, {}).get("fedpergnn", {})}
     for name, value in values.items():
         if name in schema["properties"]:
             schema["properties"][name]["default"] = value
 
 
-class FedPerGNNRunConfig(VerFedGNNSettings, FedPerGNNSettings):
-    """A coordinator run's FedPerGNN settings: each one set here overrides the run's preset (default tuned).
+class FedPerGNNTrainSettings(VerFedGNNRunSettings):
+    """The shared GNN settings of a FedPerGNN run (VerFedGNN's; its projection, quantization and
+    secure-aggregation switches are unused by FedPerGNN), each one overriding the run's preset."""
 
-    The GNN settings are VerFedGNN's (same model, compared protocol against protocol); its projection,
-    quantization and secure-aggregation switches are unused by FedPerGNN. Strict as VerFedGNN's.
+    model_config = ConfigDict(json_schema_extra=_train_schema)
+
+
+class FedPerGNNRunConfig(FedPerGNNSettings):
+    """A coordinator run's FedPerGNN settings: its mechanisms, and the GNN's under `train` (preset: tuned).
+
+    Strict: numbers must be JSON numbers (no strings, no booleans), floats finite, keys known.
     """
 
-    model_config = ConfigDict(strict=True, json_schema_extra=_run_schema)
+    model_config = ConfigDict(strict=True)
 
     protocol: Literal["fedpergnn"] = Field(description="the federated protocol of the run")
+    train: FedPerGNNTrainSettings = Field(default_factory=FedPerGNNTrainSettings,
+                                          description="the GNN's settings, each overriding the run's preset")
 
     def explicit(self) -> dict[str, Any]:
-        """The settings the caller set (protocol aside), as plain values."""
-        return self.model_dump(include=self.model_fields_set - {"protocol"})
-
-
-def fedpergnn_config(config: Mapping[str, Any], *, seed: int, rounds: int) -> FedPerGNNConfig:
-    """The engine config of a stored FedPerGNN run config (every setting, `protocol` included)."""
-    own = set(FedPerGNNSettings.model_fields)
-    train = {k: v for k, v in config.items() if k not in own and k != "protocol"}
-    return FedPerGNNConfig(train=TrainConfig(**train, seed=seed, rounds=rounds),
-                           **{k: v for k, v in config.items() if k in own})
+        """The settings the caller set (protocol aside; `train` holds the GNN's), as plain values."""
+        own = self.model_dump(include=self.model_fields_set - {"protocol", "train"})
+        return {**own, "train": self.train.explicit()} if "train" in self.model_fields_set else own

@@ -160,19 +160,26 @@ def _run_schema(schema: dict[str, Any]) -> None:
         schema["properties"][name]["default"] = value
 
 
-class VerFedGNNRunConfig(VerFedGNNSettings):
+class VerFedGNNRunSettings(VerFedGNNSettings):
+    """VerFedGNN settings as a run's caller sets them: strict (numbers are JSON numbers, never strings or
+    booleans; floats finite; keys known), and each one set overrides the run's preset."""
+
+    model_config = ConfigDict(strict=True)
+
+    def explicit(self) -> dict[str, Any]:
+        """The settings the caller set (protocol aside), as plain values."""
+        return self.model_dump(include=self.model_fields_set - {"protocol"})
+
+
+class VerFedGNNRunConfig(VerFedGNNRunSettings):
     """A coordinator run's VerFedGNN settings: each one set here overrides the run's preset (default tuned-ranking).
 
     Strict: numbers must be JSON numbers (no strings, no booleans), floats finite, keys known.
     """
 
-    model_config = ConfigDict(strict=True, json_schema_extra=_run_schema)
+    model_config = ConfigDict(json_schema_extra=_run_schema)
 
     protocol: Literal["verfedgnn"] = Field("verfedgnn", description="the federated protocol of the run")
-
-    def explicit(self) -> dict[str, Any]:
-        """The settings the caller set (protocol aside), as plain values."""
-        return self.model_dump(include=self.model_fields_set - {"protocol"})
 
 
 def run_config(config: Mapping[str, Any], *, seed: int, rounds: int) -> TrainConfig:

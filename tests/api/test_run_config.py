@@ -76,6 +76,9 @@ def test_a_preset_is_chosen_by_name_and_explicit_settings_override_it(coord: htt
     assert paper["config"]["dim"] == 6 and paper["config"]["optimizer"] == "adagrad" and paper["rounds_total"] == 400
     gat = _create(coord, {"config": {"model": "gat"}})  # the preset's per-model adjustments follow the model
     assert gat["config"]["dim"] == preset_values("tuned-ranking", "gat")["dim"] != 96
+    fed = _create(coord, {"config": {"protocol": "fedpergnn", "ldp_scale": 0.3, "train": {"dim": 16}}})
+    assert fed["config"]["ldp_scale"] == 0.3 and fed["config"]["train"]["dim"] == 16  # the caller's
+    assert fed["config"]["train"]["grad_scale"] == 0.02 and fed["rounds_total"] == 1000  # tuned, FedPerGNN's scale
 
 
 REFUSED: list[tuple[str, str]] = [
@@ -94,7 +97,8 @@ REFUSED: list[tuple[str, str]] = [
     ('{"preset": "fastest"}', "preset"),
     ('{"config": {"protocol": "nope"}}', "config"),
     ('{"config": {"rank_dims": 96}}', "config"),  # must stay below dim (96 in the preset)
-    ('{"config": {"protocol": "fedpergnn"}}', "config.protocol"),  # typed, not yet run by this coordinator
+    ('{"config": {"protocol": "fedpergnn", "dim": 8}}', "dim"),  # FedPerGNN's GNN settings go under `train`
+    ('{"config": {"protocol": "fedpergnn", "train": {"lr": "0.1"}}}', "lr"),
 ]
 
 
@@ -132,9 +136,10 @@ def test_one_bad_stored_row_never_breaks_the_listing(coord: httpx.Client, db_url
 
 def test_openapi_shows_every_setting_with_a_description(coord: httpx.Client) -> None:
     schemas = coord.get("/openapi.json").json()["components"]["schemas"]
-    for name in ("VerFedGNNRunConfig", "FedPerGNNRunConfig"):
+    for name in ("VerFedGNNRunConfig", "FedPerGNNRunConfig", "FedPerGNNTrainSettings"):
         props = schemas[name]["properties"]
-        assert len(props) > 30 and all(p.get("description") for p in props.values()), name
+        assert all(p.get("description") for p in props.values()), name
+    assert len(schemas["VerFedGNNRunConfig"]["properties"]) > 30
     assert schemas["VerFedGNNRunConfig"]["properties"]["dim"]["default"] == 96  # the default preset's value
     preset = schemas["TrainingRunCreate"]["properties"]["preset"]["anyOf"][0]
     assert set(preset["enum"]) == set(PRESETS)  # every preset is offered by name

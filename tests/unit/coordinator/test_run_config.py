@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import get_args
 
-import pytest
-
 from services.coordinator.run_config import (
     RUN_CONFIG_MODELS,
     PresetName,
@@ -15,7 +13,6 @@ from services.coordinator.run_config import (
     resolve_run,
     settings_doc_blocks,
 )
-from services.errors import ValidationFailed
 from services.evaluation.runner import PRESETS, preset_values
 from services.fedpergnn.config import FedPerGNNConfig, FedPerGNNRunConfig
 from services.verfedgnn.config import RUN_DEFAULTS, TrainConfig, VerFedGNNRunConfig
@@ -41,15 +38,13 @@ def test_explicit_settings_override_the_preset_and_unset_ones_keep_it() -> None:
     assert not off.config["secure_aggregation"] and off.rounds == PRESETS["tuned"]["rounds"]
 
 
-def test_fedpergnn_settings_build_its_engine_config() -> None:
-    model = FedPerGNNRunConfig(protocol="fedpergnn", dim=8, ldp_scale=0.5)
-    stored = {"protocol": "fedpergnn", **model.model_dump(exclude={"protocol"})}
-    engine = engine_config(stored, seed=2, rounds=3)
-    assert isinstance(engine, FedPerGNNConfig)
-    assert (engine.train.dim, engine.train.seed, engine.ldp_scale) == (8, 2, 0.5)
-    with pytest.raises(ValidationFailed) as err:  # typed ahead of the runner
-        resolve_run(config=model, preset=None, rounds=None, seed=0)
-    assert err.value.extra["field"] == "config.protocol"
+def test_fedpergnn_settings_nest_the_gnn_under_train_over_its_preset() -> None:
+    model = FedPerGNNRunConfig.model_validate({"protocol": "fedpergnn", "ldp_scale": 0.5, "train": {"dim": 8}})
+    resolved = resolve_run(config=model, preset=None, rounds=None, seed=2)
+    engine = resolved.engine
+    assert isinstance(engine, FedPerGNNConfig) and resolved.preset == "tuned"
+    assert (engine.train.dim, engine.train.seed, engine.ldp_scale, engine.train.grad_scale) == (8, 2, 0.5, 0.02)
+    assert engine_config(resolved.config, seed=2, rounds=resolved.rounds) == engine  # the stored form reads back
 
 
 def test_every_preset_is_offered_by_name_and_builds_a_valid_config() -> None:
@@ -63,7 +58,10 @@ def test_engine_md_lists_every_setting_as_the_models_describe_it() -> None:
     fix = "python -c 'from services.coordinator.run_config import update_settings_doc as u; u(\"docs/engine.md\")'"
     for name, block in settings_doc_blocks().items():
         assert f"<!-- {name} -->\n{block}\n<!-- /{name} -->" in doc, f"docs/engine.md is stale: run {fix}"
-    for protocol, model in RUN_CONFIG_MODELS.items():
-        table = settings_doc_blocks()[f"settings:{protocol}"]
-        for field, info in model.model_fields.items():
-            assert f"| `{field}` |" in table and info.description, (protocol, field)
+    fedpergnn = settings_doc_blocks()["settings:fedpergnn"]
+    for field, info in RUN_CONFIG_MODELS["verfedgnn"].model_fields.items():
+        assert f"| `{field}` |" in settings_doc_blocks()["settings:verfedgnn"] and info.description, field
+        if field != "protocol":
+            assert f"| `train.{field}` |" in fedpergnn, field
+    for field in set(FedPerGNNRunConfig.model_fields) - {"train"}:
+        assert f"| `{field}` |" in fedpergnn, field
