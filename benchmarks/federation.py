@@ -134,7 +134,8 @@ def _fedpergnn_reference(parts: dict[str, Any], cfg: dict[str, Any], args: argpa
 
 def _http_run(cc: CoordinatorClient, args: argparse.Namespace, cfg: dict[str, Any]) -> dict[str, Any]:
     """One coordinator run to the end (fixed rounds); exits if it does not complete."""
-    run = cc.create_run(rounds=args.rounds, min_parties=args.parties, seed=args.seed, config=cfg)
+    # the preset named too: settings the config leaves unset come from it (not from the default tuned-ranking)
+    run = cc.create_run(rounds=args.rounds, min_parties=args.parties, seed=args.seed, preset=args.preset, config=cfg)
     # Each status answer carries every round so far: polling it at 10 Hz costs the coordinator
     # O(rounds) CPU per poll on the cores the parties train on, so poll slowly here.
     status = cc.wait(run["run_id"], timeout=3600, poll_s=1.0)

@@ -42,7 +42,7 @@ def _ids(ds: Dataset, what: str) -> set[str]:
 
 
 def served(datasets: dict[str, Dataset], view: topk.RankingView, *, config: dict[str, Any], rounds: int,
-           seed: int, k: int = max(ranking.KS)) -> dict[str, Any]:
+           seed: int, preset: str, k: int = max(ranking.KS)) -> dict[str, Any]:
     """Train the same model over HTTP for `rounds` rounds, fetch every scored user's merged top-k, score it."""
     users = sorted(set.intersection(*[_ids(ds, "user_ids") for ds in datasets.values()]))
     column = {(p, it): view.offsets[p] + j for p in view.party_ids for j, it in enumerate(sorted(_ids(datasets[p],
@@ -60,7 +60,8 @@ def served(datasets: dict[str, Dataset], view: topk.RankingView, *, config: dict
         for proc, (pid, ds) in zip(procs, datasets.items()):
             load_party(http, proc.url, ds)
             cc.register(pid, proc.url)
-        run = cc.create_run(rounds=rounds, min_parties=len(datasets), seed=seed, config={**config, "patience": rounds})
+        run = cc.create_run(rounds=rounds, min_parties=len(datasets), seed=seed, preset=preset,
+                            config={**config, "patience": rounds})
         status = cc.wait(run["run_id"], timeout=7200, poll_s=2.0)
         if status["state"] != "completed":
             raise SystemExit(f"HTTP run ended {status['state']}: {status['detail']}")
@@ -127,7 +128,8 @@ def main(argv: list[str] | None = None) -> None:
             datasets = rx.seed_datasets(args.dataset, args.data, split=args.split, n_parties=args.parties, seed=0)
             view = topk.ranking_view(party_datas(datasets))
             cfg = {k: v for k, v in values.items() if k not in ("rounds", "patience")}
-            live = served(datasets, view, config=cfg, rounds=seeds[0]["federated"]["best_round"] + 1, seed=0)
+            live = served(datasets, view, config=cfg, rounds=seeds[0]["federated"]["best_round"] + 1, seed=0,
+                          preset=args.preset)
             live["federated_same_seed_ndcg@10"] = seeds[0]["federated"]["ndcg@10"]
             log(f"served: NDCG@10 {live['ndcg@10']:.4f} (federated, same seed: {seeds[0]['federated']['ndcg@10']:.4f})")
         seeds += [f.result() for f in futures[1:]]
