@@ -71,7 +71,8 @@ def _read_stored(run: RunRow, rounds: list[RoundRow]) -> TrainingRunRead | None:
         return TrainingRunRead(
             run_id=run.run_id, state=run.state, detail=run.detail, rounds_total=run.rounds_total,
             rounds_done=run.rounds_done, current_round=max(0, min(run.rounds_done, run.rounds_total - 1)),
-            min_parties=run.min_parties, seed=run.seed, party_ids=run.party_ids, n_users=run.n_users,
+            min_parties=run.min_parties, seed=run.seed, party_ids=run.party_ids,
+            excluded=run.excluded if isinstance(run.excluded, dict) else {}, n_users=run.n_users,
             config=run.config if isinstance(run.config, dict) else {},
             privacy={"unreadable": "this coordinator cannot compute the privacy figures of the run's stored "
                                    "settings (invalid, or a protocol without a privacy report)"},
