@@ -18,7 +18,7 @@ from services.errors import (
     ProtocolError,
     ValidationFailed,
 )
-from services.verfedgnn.messages import ConfigureRequest
+from services.federation.messages import ConfigureRequest
 from tests.support.party import COORDINATOR, Party
 
 # Only the malformed bodies below spell paths: the client's typed methods cannot send them.
