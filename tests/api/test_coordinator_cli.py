@@ -13,7 +13,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from cli.localfed import ADMIN, COORD_TOKEN, free_port
+from cli.localfed import ADMIN, COORD_TOKEN
 from cli.main import app
 from coordinator_api.main import create_app
 from services.db.session import upgrade
