@@ -45,6 +45,9 @@ class VerFedGNNSettings(BaseModel):
                             "linearly from 0 (lets embeddings leave the zero saddle before strong L2 applies)")
     patience: int = Field(30, ge=1, le=100_000, description="early stopping: the run ends after this many rounds "
                           "without a better validation RMSE (needs validation ratings labelled at the parties)")
+    valid_fraction: float = Field(0.0, ge=0.0, le=0.5, description="a party with no validation labels holds out "
+                                  "this share of its training ratings (seeded) as its validation split, so early "
+                                  "stopping works without labelling one (0: none)")
     thd: float = Field(4.0, ge=-1e6, le=1e6, description="only ratings >= thd become graph edges")
     clip_bound: float = Field(0.5, gt=0.0, le=1e3, description="public gradients are clipped to this "
                               "L-infinity bound before ternary quantization")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Any
@@ -18,7 +19,7 @@ from services.verfedgnn.private_data import training_data
 from services.verfedgnn.rounds import VerFedGNNParty, run_round
 from services.verfedgnn.secure import seeded_trainer
 from services.verfedgnn.state_codec import dump_state, load_state
-from services.verfedgnn.types import PartyData, build_party_data
+from services.verfedgnn.types import SPLIT_CODES, PartyData, build_party_data
 
 
 class VerFedGNNPartySide:
@@ -67,13 +68,33 @@ class VerFedGNNEngine:
         self.trainer.load_state_dict(load_state(state))
 
 
+_VALID_TAG = 0x56414C  # separates the validation carve's stream from the run's other seeded streams
+
+
+def carve_validation(table: RatingTable, *, fraction: float, seed: int, party_id: str) -> np.ndarray:
+    """Split codes with `fraction` of the training rows relabelled validation, when none is labelled (seeded).
+
+    Rows are taken in (user, item) order first, so the carve does not depend on the database's row order.
+    """
+    codes = np.asarray(table.codes).copy()
+    if fraction <= 0 or np.any(codes == SPLIT_CODES["valid"]):
+        return codes
+    order = np.lexsort((np.asarray(table.items, dtype=str), np.asarray(table.users, dtype=str)))
+    train = order[codes[order] == SPLIT_CODES["train"]]
+    tag = int.from_bytes(hashlib.sha256(party_id.encode()).digest()[:4], "big")
+    rng = np.random.default_rng([seed, _VALID_TAG, tag])
+    codes[rng.choice(train, size=int(round(fraction * train.size)), replace=False)] = SPLIT_CODES["valid"]
+    return codes
+
+
 def load_party_data(*, config: TrainConfig, party_id: str, table: RatingTable, user_order: Sequence[str],
                     item_order: Sequence[str], total_items: int, rating_range: tuple[float, float],
                     local_seed: int) -> PartyData:
-    """PartyData over the aligned users, randomized once per run when the run asks for DP."""
+    """PartyData over the aligned users (a validation carve if none is labelled), randomized once when DP is on."""
+    codes = carve_validation(table, fraction=config.valid_fraction, seed=config.seed, party_id=party_id)
     data = build_party_data(party_id=party_id, user_order=list(user_order), item_order=list(item_order),
                             users=[str(u) for u in table.users.tolist()], items=[str(i) for i in table.items.tolist()],
-                            ratings=table.ratings, codes=table.codes, total_items=total_items,
+                            ratings=table.ratings, codes=codes, total_items=total_items,
                             rating_min=rating_range[0], rating_max=rating_range[1])
     return training_data(data, config=config, local_seed=local_seed)
 

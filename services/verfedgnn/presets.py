@@ -24,7 +24,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # rating ones (the ranking score uses all 96, the rating the first 64).
     "tuned-ranking": {"dim": 96, "layers": 2, "activation": "identity", "transform": False, "optimizer": "adam",
                       "lr": 0.01, "reg": 0.1, "weight_decay": 60.0, "reg_warmup": 50, "reg_bias": 0.1, "thd": 1.0,
-                      "grad_scale": 0.05, "rounds": 1000, "patience": 50, "rank_weight": 1.0, "rank_dims": 32},
+                      "grad_scale": 0.05, "rounds": 1000, "patience": 50, "rank_weight": 1.0, "rank_dims": 32,
+                      "valid_fraction": 0.1},
 }
 
 # A coordinator run with no preset gets this one: the model the demo and benchmarks/ranking.py measure.
