@@ -101,8 +101,10 @@ def _merged_verdict(rows: dict[str, dict[str, float]]) -> str:
     """Whether the served merged list's NDCG@10 is above most-popular's and EASE's."""
     fed = rows[SERVED]["ndcg@10"]
     behind = [n for n in (MOST_POPULAR, EASE) if rows[n]["ndcg@10"] >= fed]
-    return (f"merged list NDCG@10 {fed:.3f}: " + ("ahead of most popular and EASE" if not behind
-            else f"[red]not ahead of {' and '.join(behind)}[/red]"))
+    # four digits: the table's three can show a tie where the comparison is not one
+    return (f"merged list NDCG@10 {fed:.4f} (most popular {rows[MOST_POPULAR]['ndcg@10']:.4f}, EASE "
+            f"{rows[EASE]['ndcg@10']:.4f}): " + ("ahead of both" if not behind
+                                               else f"[red]not ahead of {' and '.join(behind)}[/red]"))
 
 
 def _party_verdict(own: dict[str, dict[str, dict[str, float]]]) -> str:

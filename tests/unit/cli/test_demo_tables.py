@@ -38,7 +38,7 @@ def test_merged_table_then_one_section_per_party(monkeypatch: pytest.MonkeyPatch
                           "party1 alone (local-only, in-process)", "party1 federated (served by party1)"]
     merged_at, own_at = out.index("top-K of the merged list"), out.index("top-K of each party's own list")
     assert merged_at < out.index(demo_mod.SERVED) < own_at < out.index("party0 alone")
-    assert "merged list NDCG@10 0.560: ahead of most popular and EASE" in out
+    assert "merged list NDCG@10 0.5600 (most popular 0.3000, EASE 0.4500): ahead of both" in out
     assert "federated beats the party alone for 2/2 parties (NDCG@10)" in out and "(not all)" not in out
     # party0's two rows and party1's two rows are separate sections of the second table
     assert out[out.index("party0 federated"):out.index("party1 alone")].count("├") == 1
