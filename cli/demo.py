@@ -38,20 +38,24 @@ from services.verfedgnn.reference import party_datas
 
 # Piped into a file or CI log there is no terminal width: rich would wrap the tables at 80 columns.
 console = Console(width=None if sys.stdout.isatty() else 140)
+SERVED = "federated (served over HTTP, merged lists)"
+MOST_POPULAR = "most popular"
+EASE = "EASE (λ on validation)"
 
 
 def _dataset(data: Path | None, seed: int) -> Dataset:
-    if data is None:
-        from services.data.synthetic import generate
-        return generate(500, 600, 20_000, seed=seed, name="synthetic-demo")
+    if data is None:  # shaped like ML-100K: skewed popularity, long-tailed counts, tastes shared by the parties
+        from services.data.tastes import generate_tastes
+        return generate_tastes(seed=seed, name="synthetic-demo")
     from services.data.movielens import load_ml100k
     from services.evaluation.harness import ensure_validation
     return ensure_validation(load_ml100k(data, split="u1"), fraction=0.1, seed=seed)
 
 
 def _baselines(parts: dict[str, Dataset], config: TrainConfig
-               ) -> tuple[dict[str, float], float, dict[str, dict[str, float]]]:
-    """Each party alone and centralized (RMSE and top-K), most-popular and EASE, by the in-process harness."""
+               ) -> tuple[dict[str, float], float, dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+    """In-process references: each party alone (RMSE; top-K on its own catalogue) and, on the merged catalogue,
+    the centralized GNN, most-popular and EASE."""
     import torch
 
     from services.evaluation import ranking_baselines, topk
@@ -63,32 +67,63 @@ def _baselines(parts: dict[str, Dataset], config: TrainConfig
     mean = rx.global_mean(datas)
     off = config.model_copy(update={"use_projection": False, "use_quantization": False})
     local: dict[str, float] = {}
-    rows: dict[str, dict[str, float]] = {}
+    own: dict[str, dict[str, float]] = {}
     for p, d in datas.items():
         run = topk.train_ranked({p: alone(d)}, config=off, global_mean=mean, protocol="local")
         local[p] = run.result.rmse
-        rows[f"{p} alone (own catalogue)"] = {**topk.evaluate_party(view, p, run.scores()[p]), "rmse": run.result.rmse}
+        own[p] = {**topk.evaluate_party(view, p, run.scores()[p]), "rmse": run.result.rmse}
     fed = Federation(list(datas.values()), next(iter(datas.values())).n_users, mean)
     run = topk.train_ranked({"central": merge_parties(fed)}, config=off, global_mean=mean, protocol="centralized")
-    rows["centralized GNN (same objective)"] = {**topk.evaluate_central(view, run.scores()["central"]),
-                                                "rmse": run.result.rmse}
+    central = {**topk.evaluate_central(view, run.scores()["central"]), "rmse": run.result.rmse}
+    merged = {"centralized GNN (same objective)": central}
     implicit = rx.central_implicit(view, datas)
-    rows["most popular"] = topk.evaluate_central(view, ranking_baselines.most_popular(implicit))
-    rows["EASE (λ on validation)"] = topk.evaluate_central(view, ranking_baselines.ease(implicit)[0])
-    return local, run.result.rmse, rows
+    merged[MOST_POPULAR] = topk.evaluate_central(view, ranking_baselines.most_popular(implicit))
+    merged[EASE] = topk.evaluate_central(view, ranking_baselines.ease(implicit)[0])
+    return local, run.result.rmse, own, merged
 
 
-def _ranking(rows: dict[str, dict[str, float]]) -> None:
-    """The ranking table: federated (served) vs each party alone vs centralized vs most-popular and EASE."""
-    table = Table(title="top-K on the test ratings (relevant = rating ≥ 4; candidates = items not rated in training)")
+def _ranking_table(title: str, groups: list[dict[str, dict[str, float]]]) -> Table:
+    """Rows of top-K figures under RANKING_COLUMNS, one table section per group."""
+    table = Table(title=title)
     table.add_column("model")
     for c in RANKING_COLUMNS:
         table.add_column(c.replace("median_train_count", "median #train"), justify="right")
     table.add_column("test RMSE", justify="right")
-    for name, r in rows.items():
-        table.add_row(name, *[f"{r[c]:.3f}" if c != "median_train_count" else f"{r[c]:.0f}" for c in RANKING_COLUMNS],
-                      f"{r['rmse']:.4f}" if "rmse" in r else "")
-    console.print(table)
+    for g, rows in enumerate(groups):
+        for n, (name, r) in enumerate(rows.items()):
+            table.add_row(name, *[f"{r[c]:.3f}" if c != "median_train_count" else f"{r[c]:.0f}"
+                                  for c in RANKING_COLUMNS], f"{r['rmse']:.4f}" if "rmse" in r else "",
+                          end_section=n == len(rows) - 1 and g < len(groups) - 1)
+    return table
+
+
+def _merged_verdict(rows: dict[str, dict[str, float]]) -> str:
+    """Whether the served merged list's NDCG@10 is above most-popular's and EASE's."""
+    fed = rows[SERVED]["ndcg@10"]
+    behind = [n for n in (MOST_POPULAR, EASE) if rows[n]["ndcg@10"] >= fed]
+    # four digits: the table's three can show a tie where the comparison is not one
+    return (f"merged list NDCG@10 {fed:.4f} (most popular {rows[MOST_POPULAR]['ndcg@10']:.4f}, EASE "
+            f"{rows[EASE]['ndcg@10']:.4f}): " + ("ahead of both" if not behind
+                                               else f"[red]not ahead of {' and '.join(behind)}[/red]"))
+
+
+def _party_verdict(own: dict[str, dict[str, dict[str, float]]]) -> str:
+    """For how many parties federated beats alone on the party's own catalogue (NDCG@10)."""
+    wins = [p for p, r in own.items() if r["federated"]["ndcg@10"] > r["alone"]["ndcg@10"]]
+    return (f"on its own catalogue, federated beats the party alone for {len(wins)}/{len(own)} parties (NDCG@10)"
+            + ("" if len(wins) == len(own) else " [red](not all)[/red]"))
+
+
+def _ranking(merged: dict[str, dict[str, float]], own: dict[str, dict[str, dict[str, float]]]) -> None:
+    """Two like-with-like tables: the merged list vs its baselines; each party alone vs federated on its catalogue."""
+    console.print(_ranking_table("top-K of the merged list, on every party's items (relevant = test rating ≥ 4; "
+                                 "candidates = items not rated in training)", [merged]))
+    console.print(_merged_verdict(merged))
+    console.print(_ranking_table(
+        "top-K of each party's own list, on that party's items only: the party alone vs the same party federated",
+        [{f"{p} alone (local-only, in-process)": r["alone"], f"{p} federated (served by {p})": r["federated"]}
+         for p, r in own.items()]))
+    console.print(_party_verdict(own))
 
 
 def _titles(data: Path | None) -> dict[str, str]:
@@ -110,26 +145,44 @@ def _load_titles(http: httpx.Client, url: str, ds: Dataset, titles: dict[str, st
     return len(rows)
 
 
-def _served_figures(http: httpx.Client, url: str, parts: dict[str, Dataset]) -> dict[str, float]:
-    """Top-K figures of the lists apps get: every scored user's top-20 through the coordinator's fan-out."""
-    from services.evaluation import ranking, topk
-    datas = party_datas(parts)
-    view = topk.ranking_view(datas)
-    users = sorted(set.intersection(*[{str(u) for s in (d.train, d.valid, d.test) if s is not None
-                                       for u in s.user_ids.tolist()} for d in parts.values()]))
-    column = {(p, it): view.offsets[p] + j for p in view.party_ids
-              for j, it in enumerate(sorted({str(i) for s in (parts[p].train, parts[p].valid, parts[p].test)
-                                             if s is not None for i in s.item_ids.tolist()}))}
-    lists = {}
+def _catalogue(ds: Dataset) -> list[str]:
+    """A party's item ids in its local column order (sorted, as the parties load them)."""
+    return sorted({str(i) for s in (ds.train, ds.valid, ds.test) if s is not None for i in s.item_ids.tolist()})
+
+
+def _fetch_lists(http: httpx.Client, url: str, users: list[str], rows: list[int], column: dict[tuple[str, str], int],
+                 party: str | None = None) -> dict[int, list[int]]:
+    """Each row's top-20 from `url` (the coordinator's fan-out, or one party's own list when `party` is set)."""
+    lists: dict[int, list[int]] = {}
     partial = 0
-    for row in view.relevant:
+    for row in rows:
         body = checked(http.get(f"{url}/v1/users/{users[row]}/recommendations", params={"k": 20},
                                 headers={"X-API-Key": API_KEY}))
-        lists[row] = [column[(it["party_id"], it["item_id"])] for it in body["items"]]
+        lists[row] = [column[(party or it["party_id"], it["item_id"])] for it in body["items"]]
         partial += bool(body.get("partial"))
     if partial:  # a party missed the fan-out deadline (COORD_FANOUT_TIMEOUT_S): those lists lack its items
         console.print(f"[yellow]{partial}/{len(lists)} merged lists were partial[/yellow]")
-    return ranking.evaluate_lists(lists, view.relevant, n_items=view.seen.shape[1], train_counts=view.train_counts)
+    return lists
+
+
+def _served_figures(http: httpx.Client, url: str, party_urls: dict[str, str], parts: dict[str, Dataset]
+                    ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Top-K figures of the lists apps get: every scored user's top-20 through the coordinator's fan-out (merged
+    catalogue), and each party's own top-20 from that party (its catalogue only)."""
+    from services.evaluation import ranking, topk
+    view = topk.ranking_view(party_datas(parts))
+    users = sorted(set.intersection(*[{str(u) for s in (d.train, d.valid, d.test) if s is not None
+                                       for u in s.user_ids.tolist()} for d in parts.values()]))
+    local = {p: {(p, it): j for j, it in enumerate(_catalogue(parts[p]))} for p in view.party_ids}
+    merged_cols = {key: view.offsets[p] + j for p in view.party_ids for key, j in local[p].items()}
+    lists = _fetch_lists(http, url, users, list(view.relevant), merged_cols)
+    merged = ranking.evaluate_lists(lists, view.relevant, n_items=view.seen.shape[1], train_counts=view.train_counts)
+    own = {}
+    for p in view.party_ids:
+        seen, relevant, counts = view.restricted(p)
+        lists = _fetch_lists(http, party_urls[p], users, list(relevant), local[p], party=p)
+        own[p] = ranking.evaluate_lists(lists, relevant, n_items=seen.shape[1], train_counts=counts)
+    return merged, own
 
 
 def _train(cc: CoordinatorClient, *, rounds: int, seed: int, config: dict[str, Any]) -> dict[str, Any]:
@@ -148,8 +201,8 @@ def _train(cc: CoordinatorClient, *, rounds: int, seed: int, config: dict[str, A
 
 def demo(
     data: Annotated[Path | None, typer.Option(help="MovieLens-100K directory (default: synthetic demo data)")] = None,
-    rounds: Annotated[int | None, typer.Option(min=1, help="at most this many rounds (default 60 synthetic, 300 "
-                                                        "ML-100K; early stopping as the preset says)")] = None,
+    rounds: Annotated[int | None, typer.Option(min=1, help="at most this many rounds (default 300; early "
+                                                        "stopping as the preset says)")] = None,
     seed: Annotated[int, typer.Option()] = 0,
     keep: Annotated[bool, typer.Option(help="keep the temp directory with the databases and logs")] = False,
     tls: Annotated[bool, typer.Option(help="HTTPS everywhere with a development CA made for the demo; parties "
@@ -167,7 +220,7 @@ def demo(
     coord = coordinator_proc(root, extra_env={"COORD_PAUSE_POLL_S": "0.5"}, tls=certs)
     # The operator's clients: trust the demo's CA and present a certificate it signed (parties require one).
     verify = certs.client_context() if certs else True
-    rounds = rounds or (300 if data is not None else 60)
+    rounds = rounds or 300
     # the ranking-capable model with the tuned preset: one run serves ratings and the top-K
     config = {k: v for k, v in preset_values("tuned-ranking", "gcn").items() if k != "rounds"}
     titles = _titles(data)
@@ -192,14 +245,16 @@ def demo(
                             for p in sorted(status["bytes_sent"]))
         console.print(f"traffic (coordinator view, whole run): {traffic}")
         _recommend(http, coord.url, parts, titles)
+        urls = {p: procs[p].url for p in parts}
+        with console.status("fetching every test user's top-20 through the coordinator and from each party..."):
+            served, served_own = _served_figures(http, coord.url, urls, parts)
         with console.status("training the baselines in-process (each party alone, centralized, most-popular, EASE)..."):
-            local, central, rank_rows = _baselines(parts, TrainConfig(**config, seed=seed, rounds=rounds))
-        _table(status, local, central, _served_rmse(http, {p: procs[p].url for p in parts}, parts))
-        with console.status("fetching every test user's top-20 through the coordinator..."):
-            served = {**_served_figures(http, coord.url, parts),
-                      "rmse": status["rounds"][-1]["metrics"].get("test_rmse", math.nan)}  # the published round
-            rank_rows = {"federated (served over HTTP, merged lists)": served, **rank_rows}
-        _ranking(rank_rows)
+            local, central, alone_own, merged = _baselines(parts, TrainConfig(**config, seed=seed, rounds=rounds))
+        fed_rmse = _served_rmse(http, urls, parts)
+        merged = {SERVED: {**served, "rmse": status["rounds"][-1]["metrics"].get("test_rmse", math.nan)}, **merged}
+        _ranking(merged, {p: {"alone": alone_own[p], "federated": {**served_own[p], "rmse": fed_rmse[p]}}
+                          for p in parts})
+        _table(status, local, central, fed_rmse)
     finally:
         with console.status("shutting down"):
             for proc in [coord, *procs.values()]:

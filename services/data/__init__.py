@@ -17,6 +17,7 @@ from services.data.splits import (
     with_validation,
 )
 from services.data.synthetic import generate, oracle_predict
+from services.data.tastes import generate_tastes
 from services.data.types import Dataset, Ratings, SocialLinks
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "detect_social_format",
     "empty_ratings",
     "generate",
+    "generate_tastes",
     "load_ciaodvd",
     "load_filmtrust",
     "load_ml1m",
