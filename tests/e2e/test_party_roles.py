@@ -1,0 +1,161 @@
+"""A party with two API workers (role all) trains correctly while apps load its serving endpoint.
+
+Real processes: party p0 runs `python -m party_api` with PARTY_WORKERS=2 (two API workers beside
+one federation process on loopback), p1 one process, and a coordinator that never retries a step
+(COORD_MAX_RETRIES=0), so a step landing on a worker without the run's state fails its round.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Self
+
+import httpx
+import pytest
+
+from cli.localfed import (
+    API_KEY,
+    CoordinatorClient,
+    Proc,
+    coordinator_proc,
+    load_party,
+    party_proc,
+    start_all,
+)
+from tests.support.federation import TINY_CONFIG, tiny_parties
+from tests.support.relay import FreshConnectionRelay
+from tests.support.servers import LiveServer
+
+pytestmark = [pytest.mark.slow]
+ROUNDS = 3
+FORWARD_ROUTE = "/v1/federation/{path:path}"  # the API workers' forwarding route (the federation process has none)
+
+
+@dataclass
+class Setup:
+    """The running processes, the coordinator client and the aligned users of p0."""
+
+    parties: dict[str, Proc]
+    coordinator: Proc
+    client: CoordinatorClient
+    users: list[str]
+
+
+def _train(client: CoordinatorClient, seed: int) -> dict[str, Any]:
+    run = client.create_run(rounds=ROUNDS, min_parties=2, seed=seed, config=TINY_CONFIG)
+    return client.wait(run["run_id"], timeout=600)
+
+
+def _assert_clean(status: dict[str, Any]) -> None:
+    """Completed, every round with both parties and no failure (a retried round would show one)."""
+    assert status["state"] == "completed", status["detail"]
+    assert status["rounds_done"] == ROUNDS
+    for record in status["rounds"]:
+        assert sorted(record["participants"]) == ["p0", "p1"] and record["failures"] == {}, record
+
+
+def _forwarding_workers(log: Path) -> set[int]:
+    """Process ids of the API workers that forwarded federation calls (their JSON request log lines)."""
+    pids = set()
+    for line in log.read_text().splitlines():
+        if line.startswith("{"):
+            entry = json.loads(line)
+            if entry.get("message") == "request" and entry.get("route") == FORWARD_ROUTE:
+                pids.add(int(entry["pid"]))
+    return pids
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    """p0 with two API workers, p1 with one process, a coordinator without step retries; one run published."""
+    root = tmp_path_factory.mktemp("roles")
+    datasets = tiny_parties(2)
+    parties = {"p0": party_proc("p0", root, workers=2), "p1": party_proc("p1", root)}
+    coordinator = coordinator_proc(root, extra_env={"COORD_MAX_RETRIES": "0", "COORD_PAUSE_POLL_S": "0.2",
+                                                    "COORD_REQUEST_TIMEOUT_S": "60"})
+    procs = [*parties.values(), coordinator]
+    try:
+        start_all(procs, timeout=180)
+        with httpx.Client(timeout=120) as http:
+            for pid, proc in parties.items():
+                load_party(http, proc.url, datasets[pid])
+        client = CoordinatorClient(coordinator.url, http=httpx.Client(timeout=60))
+        for pid, proc in parties.items():
+            client.register(pid, proc.url)
+        _assert_clean(_train(client, seed=1))  # a published model for the serving load below
+        users = sorted({str(u) for u in datasets["p0"].train.user_ids.tolist()})
+        yield Setup(parties, coordinator, client, users)
+    finally:
+        for proc in procs:
+            proc.stop()
+
+
+class Load:
+    """Threads asking the 2-worker party for recommendations until stopped; one reuses its connection,
+    one opens a new connection per request (so both workers serve)."""
+
+    def __init__(self, url: str, users: list[str]) -> None:
+        self.url, self.users = url, users
+        self.ok = 0
+        self.failed: list[str] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._loop, args=(fresh,), daemon=True) for fresh in (False, True)]
+
+    def _loop(self, fresh: bool) -> None:
+        headers = {"X-API-Key": API_KEY, **({"Connection": "close"} if fresh else {})}
+        with httpx.Client(timeout=30, headers=headers) as http:
+            i = 0
+            while not self._stop.is_set():
+                user = self.users[i % len(self.users)]
+                i += 1
+                try:
+                    answer = http.get(f"{self.url}/v1/users/{user}/recommendations", params={"k": 10})
+                    outcome = None if answer.status_code == 200 else f"{user}: HTTP {answer.status_code} {answer.text}"
+                except httpx.HTTPError as exc:
+                    outcome = f"{user}: {type(exc).__name__} {exc}"
+                with self._lock:
+                    if outcome is None:
+                        self.ok += 1
+                    else:
+                        self.failed.append(outcome)
+
+    def __enter__(self) -> Self:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=60)
+
+
+def test_a_run_completes_while_apps_load_the_serving_endpoint_of_a_two_worker_party(setup: Setup) -> None:
+    with Load(setup.parties["p0"].url, setup.users) as load:
+        status = _train(setup.client, seed=2)
+    _assert_clean(status)
+    assert load.failed == [], load.failed[:5]
+    assert load.ok > 0
+
+
+def test_every_step_on_a_new_connection_still_trains(setup: Setup) -> None:
+    """Not connection luck: each federation step reaches p0 on a new connection, so on either worker."""
+    p0 = setup.parties["p0"]
+    fresh = FreshConnectionRelay(p0.url)
+    relay = LiveServer(fresh).start()
+    before = _forwarding_workers(p0.log)
+    try:
+        setup.client.register("p0", relay.url)
+        status = _train(setup.client, seed=3)
+    finally:
+        setup.client.register("p0", p0.url)
+        relay.stop()
+    _assert_clean(status)
+    assert fresh.forwarded >= 4 * ROUNDS  # PSI, configure and every round step went through it
+    # Both API workers forwarded federation steps: the run's state was reached from either.
+    assert len(_forwarding_workers(p0.log)) == 2, before
