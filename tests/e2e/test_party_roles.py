@@ -50,23 +50,30 @@ def _train(client: CoordinatorClient, seed: int) -> dict[str, Any]:
     return client.wait(run["run_id"], timeout=600)
 
 
-def _assert_clean(status: dict[str, Any]) -> None:
-    """Completed, every round with both parties and no failure (a retried round would show one)."""
+def _entries(log: Path) -> list[dict[str, Any]]:
+    """A service's JSON log lines."""
+    return [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+
+
+def _assert_clean(status: dict[str, Any], setup: Setup) -> None:
+    """Completed; every round played once, at attempt 0, by both parties; no federation call refused."""
     assert status["state"] == "completed", status["detail"]
     assert status["rounds_done"] == ROUNDS
     for record in status["rounds"]:
         assert sorted(record["participants"]) == ["p0", "p1"] and record["failures"] == {}, record
+    # A failed round is played again (attempt + 1) and only the last attempt is listed: read the log.
+    started = [e for e in _entries(setup.coordinator.log)
+               if e.get("message") == "round started" and e.get("run_id") == status["run_id"]]
+    assert [(e["round"], e["attempt"]) for e in started] == [(t, 0) for t in range(ROUNDS)]
+    refused = [(e["route"], e["status"]) for e in _entries(setup.parties["p0"].log)
+               if e.get("message") == "request" and str(e.get("route")).startswith("/v1/federation")
+               and e["status"] >= 400]
+    assert refused == []
 
 
 def _forwarding_workers(log: Path) -> set[int]:
     """Process ids of the API workers that forwarded federation calls (their JSON request log lines)."""
-    pids = set()
-    for line in log.read_text().splitlines():
-        if line.startswith("{"):
-            entry = json.loads(line)
-            if entry.get("message") == "request" and entry.get("route") == FORWARD_ROUTE:
-                pids.add(int(entry["pid"]))
-    return pids
+    return {int(e["pid"]) for e in _entries(log) if e.get("message") == "request" and e.get("route") == FORWARD_ROUTE}
 
 
 @pytest.fixture(scope="module")
@@ -86,9 +93,10 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         client = CoordinatorClient(coordinator.url, http=httpx.Client(timeout=60))
         for pid, proc in parties.items():
             client.register(pid, proc.url)
-        _assert_clean(_train(client, seed=1))  # a published model for the serving load below
         users = sorted({str(u) for u in datasets["p0"].train.user_ids.tolist()})
-        yield Setup(parties, coordinator, client, users)
+        ready = Setup(parties, coordinator, client, users)
+        _assert_clean(_train(client, seed=1), ready)  # a published model for the serving load below
+        yield ready
     finally:
         for proc in procs:
             proc.stop()
@@ -138,7 +146,7 @@ class Load:
 def test_a_run_completes_while_apps_load_the_serving_endpoint_of_a_two_worker_party(setup: Setup) -> None:
     with Load(setup.parties["p0"].url, setup.users) as load:
         status = _train(setup.client, seed=2)
-    _assert_clean(status)
+    _assert_clean(status, setup)
     assert load.failed == [], load.failed[:5]
     assert load.ok > 0
 
@@ -155,7 +163,7 @@ def test_every_step_on_a_new_connection_still_trains(setup: Setup) -> None:
     finally:
         setup.client.register("p0", p0.url)
         relay.stop()
-    _assert_clean(status)
+    _assert_clean(status, setup)
     assert fresh.forwarded >= 4 * ROUNDS  # PSI, configure and every round step went through it
     # Both API workers forwarded federation steps: the run's state was reached from either.
     assert len(_forwarding_workers(p0.log)) == 2, before
