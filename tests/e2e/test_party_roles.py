@@ -7,8 +7,12 @@ one federation process on loopback), p1 one process, and a coordinator that neve
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +23,7 @@ import pytest
 
 from cli.localfed import (
     API_KEY,
+    COORD_TOKEN,
     CoordinatorClient,
     Proc,
     coordinator_proc,
@@ -26,6 +31,7 @@ from cli.localfed import (
     party_proc,
     start_all,
 )
+from services.protocol import PROTOCOL_VERSION
 from tests.support.federation import TINY_CONFIG, tiny_parties
 from tests.support.relay import FreshConnectionRelay
 from tests.support.servers import LiveServer
@@ -167,3 +173,52 @@ def test_every_step_on_a_new_connection_still_trains(setup: Setup) -> None:
     assert fresh.forwarded >= 4 * ROUNDS  # PSI, configure and every round step went through it
     # Both API workers forwarded federation steps: the run's state was reached from either.
     assert len(_forwarding_workers(p0.log)) == 2, before
+
+
+def _federation_children(launcher: int) -> list[int]:
+    """Process ids of the federation processes a launcher started (Linux /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (stat.parent / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue  # exited while we looked
+        if ppid == launcher and b"federation" in cmdline:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _until(check: Any, what: str, timeout: float = 180.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+    return value
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
+def test_the_launcher_restarts_its_federation_process_and_takes_it_down_when_killed(tmp_path: Path) -> None:
+    party = party_proc("solo", tmp_path, workers=2)
+    step = f"{party.url}/v1/federation/runs/r1/psi/start"
+    headers = {"Authorization": f"Bearer {COORD_TOKEN}", "X-Fedrec-Protocol": PROTOCOL_VERSION}
+    try:
+        party.start(timeout=180)
+        assert party.popen is not None
+        with httpx.Client(timeout=30, headers=headers) as http:
+            assert http.post(step).status_code == 200
+            [child] = _federation_children(party.popen.pid)
+            os.kill(child, signal.SIGKILL)
+            down = http.post(step)
+            assert down.status_code == 503 and down.json()["code"] == "federation_unavailable"
+            _until(lambda: http.post(step).status_code == 200, "the federation process was not restarted")
+        [restarted] = _federation_children(party.popen.pid)
+        assert restarted != child
+        party.kill()  # SIGKILL: no cleanup in the launcher; the kernel signals the child
+        _until(lambda: not Path(f"/proc/{restarted}").exists()
+               or "Z" in Path(f"/proc/{restarted}/stat").read_text().rsplit(")", 1)[1].split()[:1],
+               "the federation process outlived its launcher", timeout=60)
+    finally:
+        if party.popen is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(party.popen.pid, signal.SIGKILL)  # the API workers (own session, see Proc.spawn)
