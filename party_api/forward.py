@@ -9,12 +9,11 @@ here first (the route's dependencies, run by the request guard) and again by the
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
-from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
 from api_common.errors import ApiError
@@ -80,8 +79,15 @@ class FederationForwarder:
             await answer.aclose()
             raise
         kept = [(k, v) for k, v in answer.headers.raw if k.decode("latin-1").lower() not in _RESPONSE_DROP]
-        response = StreamingResponse(answer.aiter_raw(), status_code=answer.status_code,
-                                     background=BackgroundTask(answer.aclose))
+
+        async def body() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in answer.aiter_raw():
+                    yield chunk
+            finally:  # also when the caller goes away mid-answer: the connection returns to the pool
+                await answer.aclose()
+
+        response = StreamingResponse(body(), status_code=answer.status_code)
         response.raw_headers = kept  # as the federation process sent them (content-length included)
         return response
 

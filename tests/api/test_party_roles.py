@@ -129,3 +129,16 @@ def test_a_federation_process_that_never_answers_is_a_504_within_the_deadline(db
 def test_settings_refuse_role_combinations_that_cannot_work(values: dict[str, object], named: str) -> None:
     with pytest.raises(ValidationError, match=named):
         PartySettings(dev_mode=True, **values)  # type: ignore[arg-type]
+
+
+def test_erasure_through_the_api_process_runs_at_the_federation_process(pair: tuple[LiveServer, LiveServer]) -> None:
+    api, _ = pair
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    rows = [{"user_id": "u1", "item_id": "i1", "rating": 4.0}, {"user_id": "u2", "item_id": "i1", "rating": 3.0}]
+    with httpx.Client(timeout=30, headers=admin) as http:
+        assert http.post(f"{api.url}/v1/interactions", json={"rows": rows}).status_code == 200
+        erased = http.delete(f"{api.url}/v1/users/u1")
+        assert erased.status_code == 200, erased.text
+        assert erased.json()["interactions_deleted"] == 1
+        assert http.get(f"{api.url}/v1/users/u1").status_code == 404
+        assert http.delete(f"{api.url}/v1/users/u1").json()["code"] == "not_found"  # the federation process's 404
