@@ -35,12 +35,13 @@ _RESERVED = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"me
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message, the bound request id, and any `extra=` fields."""
+    """One JSON object per line: time, level, logger, message, process id, the bound request id, any `extra=` fields."""
 
     def format(self, record: logging.LogRecord) -> str:
         body: dict[str, Any] = {"ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
                                 "level": record.levelname.lower(), "logger": record.name,
-                                "message": record.getMessage()}
+                                "message": record.getMessage(),
+                                "pid": record.process}  # which worker, when several serve one port
         request_id = current_request_id()
         if request_id:
             body["request_id"] = request_id

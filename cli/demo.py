@@ -207,6 +207,8 @@ def demo(
     keep: Annotated[bool, typer.Option(help="keep the temp directory with the databases and logs")] = False,
     tls: Annotated[bool, typer.Option(help="HTTPS everywhere with a development CA made for the demo; parties "
                                            "require client certificates (mutual TLS)")] = False,
+    party_workers: Annotated[int, typer.Option(min=1, max=16, help="API worker processes per party; above 1 each "
+                                                                    "party also runs one federation process")] = 1,
 ) -> None:
     """Start a coordinator and three parties, load data over HTTP, align, train, compare, recommend."""
     started = time.perf_counter()
@@ -216,7 +218,7 @@ def demo(
     parts = {f"party{k}": p for k, p in enumerate(vertical_split_dataset(ds, 3, seed=seed))}
     root = Path(tempfile.mkdtemp(prefix="fedrec-demo-"))
     certs = LocalTLS.create(root / "certs", list(parts)) if tls else None
-    procs = {p: party_proc(p, root, tls=certs) for p in parts}
+    procs = {p: party_proc(p, root, tls=certs, workers=party_workers) for p in parts}
     coord = coordinator_proc(root, extra_env={"COORD_PAUSE_POLL_S": "0.5"}, tls=certs)
     # The operator's clients: trust the demo's CA and present a certificate it signed (parties require one).
     verify = certs.client_context() if certs else True
@@ -227,7 +229,9 @@ def demo(
     try:
         with console.status("starting coordinator and 3 parties (separate processes)..."):
             for proc in [*procs.values(), coord]:
-                proc.start()
+                proc.start(timeout=180)  # a party with API workers starts its federation process first
+        if party_workers > 1:
+            console.print(f"each party: {party_workers} API workers beside one federation process (loopback)")
         if certs:
             console.print(f"TLS: development CA {certs.ca}; parties require client certificates (mutual TLS)")
         http = httpx.Client(timeout=300, verify=verify)

@@ -156,15 +156,18 @@ class LocalTLS:
 
 
 def party_proc(party_id: str, root: Path, *, port: int | None = None,
-               extra_env: Mapping[str, str] | None = None, tls: LocalTLS | None = None) -> Proc:
-    """A party service process with its own SQLite database under root/party_id (HTTPS + mTLS with `tls`)."""
+               extra_env: Mapping[str, str] | None = None, tls: LocalTLS | None = None, workers: int = 1) -> Proc:
+    """A party service process with its own SQLite database under root/party_id (HTTPS + mTLS with `tls`).
+
+    With `workers` > 1 it serves with that many API workers beside one federation process (role all).
+    """
     port = port or free_port()
     home = root / party_id
     owner_only_dir(home)
     env = {"PARTY_PARTY_ID": party_id, "PARTY_DATABASE_URL": f"sqlite:///{home / 'party.db'}",
            "PARTY_DATA_DIR": str(home), "PARTY_ADMIN_TOKEN": ADMIN, "PARTY_COORDINATOR_TOKEN": COORD_TOKEN,
            "PARTY_API_KEYS": f'["{API_KEY}"]', "PARTY_SECRET": dev_party_secret(party_id).hex(), **ONE_THREAD,
-           **(tls.party_env(party_id) if tls else {}), **(extra_env or {})}
+           "PARTY_WORKERS": str(workers), **(tls.party_env(party_id) if tls else {}), **(extra_env or {})}
     return Proc(party_id, f"{'https' if tls else 'http'}://127.0.0.1:{port}", env,
                 [sys.executable, "-m", "party_api", "--host", "127.0.0.1", "--port", str(port)], home / "log.txt",
                 verify=tls.client_context() if tls else True)

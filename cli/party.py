@@ -31,6 +31,14 @@ class FileFormat(str, Enum):
     filmtrust = "filmtrust"  # ratings.txt / trust.txt: whitespace-separated, no header
 
 
+class ProcessRole(str, Enum):
+    """Which routes a party process serves (docs/architecture.md, "Party process roles")."""
+
+    all = "all"
+    api = "api"
+    federation = "federation"
+
+
 class Kind(str, Enum):
     """What the file holds."""
 
@@ -59,11 +67,17 @@ def _client(url: str, token: str, tls: Tls, *, timeout: float = 60.0) -> httpx.C
 def serve(
     host: Annotated[str | None, typer.Option(help="bind address (default PARTY_HOST)")] = None,
     port: Annotated[int | None, typer.Option(help="port (default PARTY_PORT)")] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="worker processes (default PARTY_WORKERS)")] = None,
+    role: Annotated[ProcessRole | None, typer.Option(
+        help="all: every route (with --workers > 1, one federation process on loopback beside API workers); "
+             "api: ingest, serving, users, summaries, federation routes forwarded to PARTY_FEDERATION_URL; "
+             "federation: the federation routes and the run state (default PARTY_PROCESS_ROLE or all)")] = None,
 ) -> None:
     """Run the party's migrations, then serve its API (settings from PARTY_* variables)."""
     from party_api.__main__ import main
 
-    args = [*(["--host", host] if host else []), *(["--port", str(port)] if port else [])]
+    args = [*(["--host", host] if host else []), *(["--port", str(port)] if port else []),
+            *(["--workers", str(workers)] if workers else []), *(["--role", role.value] if role else [])]
     main(args)
 
 

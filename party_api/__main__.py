@@ -1,8 +1,9 @@
-"""`python -m party_api [--host H] [--port P] [--workers N]`: migrate the database, then serve."""
+"""`python -m party_api [--host H] [--port P] [--workers N] [--role all|api|federation]`: migrate, then serve."""
 
 from __future__ import annotations
 
 import argparse
+import os
 
 import uvicorn
 from fastapi import FastAPI
@@ -10,6 +11,7 @@ from threadpoolctl import threadpool_limits
 
 from api_common.observability import configure_json_logging, uvicorn_options
 from party_api.main import create_app
+from party_api.supervise import FederationProcess, free_loopback_port
 from services.config import PartySettings
 from services.db.session import migrate, owner_only_dir
 
@@ -35,19 +37,36 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", help="bind address (default: PARTY_HOST or 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (default: PARTY_PORT or 8001)")
     parser.add_argument("--workers", type=int, help="worker processes (default: PARTY_WORKERS or 1)")
+    parser.add_argument("--role", choices=["all", "api", "federation"],
+                        help="process role (default: PARTY_PROCESS_ROLE or all; see docs/architecture.md)")
     args = parser.parse_args(argv)
-    # --host goes through the settings so dev mode's loopback-only rule sees it.
-    settings = PartySettings(**({"host": args.host} if args.host else {}))  # type: ignore[arg-type]
+    # --host, --workers and --role go through the settings so their rules (dev mode on loopback only,
+    # one federation process) see them.
+    given = {"host": args.host, "workers": args.workers, "process_role": args.role}
+    settings = PartySettings(**{k: v for k, v in given.items() if v})  # type: ignore[arg-type]
     owner_only_dir(settings.data_dir)
     migrate(settings.database_url)
     single_threaded_blas()
-    workers = args.workers or settings.workers
+    workers = settings.workers
+    fed_process: FederationProcess | None = None
+    if settings.process_role == "all" and workers > 1:
+        # Run state must live in one process: start it, and make the workers API processes forwarding to it.
+        fed_process = FederationProcess(port=settings.federation_port or free_loopback_port())
+        fed_process.start()
+        os.environ.update({"PARTY_PROCESS_ROLE": "api", "PARTY_FEDERATION_URL": fed_process.url,
+                           "PARTY_WORKERS": str(workers)})
+    else:
+        os.environ.update({"PARTY_PROCESS_ROLE": settings.process_role, "PARTY_WORKERS": str(workers)})
     # Several workers share the listening socket; each builds its own app (and serving snapshot).
     app: FastAPI | str = create_app(settings) if workers == 1 else "party_api.__main__:app_from_env"
     options = uvicorn_options(log_format=settings.log_format, cert=settings.tls_cert_file,
                               key=settings.tls_key_file, client_ca=settings.tls_client_ca_file)
-    uvicorn.run(app, host=settings.host, port=args.port or settings.port, workers=workers,
-                factory=workers > 1, log_level="info", **options)
+    try:
+        uvicorn.run(app, host=settings.host, port=args.port or settings.port, workers=workers,
+                    factory=workers > 1, log_level="info", **options)
+    finally:
+        if fed_process is not None:
+            fed_process.stop()
 
 
 if __name__ == "__main__":

@@ -52,8 +52,11 @@ def get_session(
 
 
 async def get_federation(request: Request) -> FederationService:
-    """The federation service the lifespan built."""
-    federation: FederationService = request.app.state.federation
+    """The federation service the lifespan built; 503 on an API process (it forwards federation routes)."""
+    federation: FederationService | None = request.app.state.federation
+    if federation is None:
+        raise ApiError(503, "federation_not_here", "this party process has PARTY_PROCESS_ROLE=api: it holds no "
+                       "run state (federation routes are forwarded to the federation process)")
     return federation
 
 

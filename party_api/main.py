@@ -5,22 +5,24 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from prometheus_client import Gauge
 from sqlalchemy.orm import Session, sessionmaker
 
-from api_common.errors import install_error_handlers
+from api_common.errors import ApiError, install_error_handlers
 from api_common.guard import install_guard
 from api_common.logs import redact_access_log
 from api_common.observability import Observability
 from api_common.openapi import document_guard, operation_id
 from party_api.deps import header_checks
-from party_api.routes import ROUTERS
+from party_api.forward import METHODS, FederationForwarder, forwarding_routers
+from party_api.routes import FEDERATION_ROUTERS, ROUTERS, federation, health, social, users
 from services.config import PartySettings
 from services.db.session import make_engine, make_sessionmaker
 from services.p4gcn.ledger import SocialBudget
 from services.p4gcn.service import SocialService
 from services.party.federation import FederationService
+from services.party.serving import Snapshot
 from services.party.serving_cache import ModelCache
 
 
@@ -33,28 +35,66 @@ def social_service(settings: PartySettings, sessions: sessionmaker[Session]) -> 
     return SocialService(sessions=sessions, min_key_bits=settings.paillier_min_key_bits, budget=budget)
 
 
+class NoServing(ModelCache):
+    """The federation process serves no model: publish and erasure change the database, API processes rebuild."""
+
+    def refresh(self, *, only_if_missing: bool = False) -> Snapshot | None:
+        """Nothing to rebuild here (a snapshot of every rating would only cost this process memory)."""
+        return None
+
+    def start(self) -> None:
+        """No poller."""
+
+
+def routers(settings: PartySettings, forwarder: FederationForwarder) -> list[APIRouter]:
+    """The routers a process of the settings' role mounts (forwarding ones first: the first match wins)."""
+    if settings.process_role == "federation":
+        return [health.router, federation.router, social.router, users.router, not_served_here(settings)]
+    if settings.process_role == "api":
+        return [*forwarding_routers(forwarder), *[r for r in ROUTERS if r not in FEDERATION_ROUTERS]]
+    return ROUTERS
+
+
+def not_served_here(settings: PartySettings) -> APIRouter:
+    """On the federation process, any other /v1 route answers 404 saying where it is served."""
+    router = APIRouter(include_in_schema=False)
+
+    @router.api_route("/v1/{path:path}", methods=METHODS)
+    async def elsewhere() -> None:
+        raise ApiError(404, "not_found", f"this is party {settings.party_id}'s federation process "
+                       "(PARTY_PROCESS_ROLE=federation): it serves /v1/federation, /v1/social and user erasure; "
+                       "ingest, serving, users and summaries are served by its API processes")
+    return router
+
+
 def create_app(settings: PartySettings) -> FastAPI:
     """Build the app; lifespan owns the engine and the services (migrations run beforehand)."""
+    role = settings.process_role
+    forwarder = FederationForwarder(url=settings.federation_url if role == "api" else None,
+                                    timeout_s=settings.federation_timeout_s)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = make_engine(settings.database_url)
         sessions = make_sessionmaker(engine)
         app.state.engine, app.state.sessionmaker = engine, sessions
-        app.state.federation = FederationService(
+        # Run state only where federation routes are served: an api process forwards them.
+        app.state.federation = None if role == "api" else FederationService(
             sessions=sessions, party_id=settings.party_id, rating_min=settings.rating_min,
             rating_max=settings.rating_max, secret=bytes.fromhex(settings.secret) if settings.secret else None,
             peer_identities=settings.peer_identities)
-        app.state.model_cache = cache = ModelCache(sessions=sessions, refresh_s=settings.serving_refresh_s,
-                                                   on_load=lambda snap: model_version.set(snap.version))
+        cache_class = NoServing if role == "federation" else ModelCache
+        app.state.model_cache = cache = cache_class(sessions=sessions, refresh_s=settings.serving_refresh_s,
+                                                    on_load=lambda snap: model_version.set(snap.version))
         cache.start()
-        app.state.social = social = social_service(settings, sessions)
+        app.state.social = social = None if role == "api" else social_service(settings, sessions)
         try:
             yield
         finally:
             cache.stop()
             if social is not None:
                 social.close_all()  # stops the sessions' Paillier worker processes
+            await forwarder.close()
             engine.dispose()
 
     app = FastAPI(
@@ -74,6 +114,6 @@ def create_app(settings: PartySettings) -> FastAPI:
     model_version = Gauge("fedrec_serving_model_version", "Version of the serving model this process serves",
                           registry=observability.registry)
     observability.install(app)  # outermost: every answer is timed, the guard's refusals too
-    for router in ROUTERS:
+    for router in routers(settings, forwarder):
         app.include_router(router)
     return app

@@ -96,6 +96,16 @@ class PartySettings(GuardSettings):
     port: int = 8001
     # uvicorn worker processes of `fedrec party serve` (each holds its own serving snapshot).
     workers: int = Field(1, ge=1, le=64)
+    # Process roles (docs/architecture.md, "Party process roles"): `all` serves every route; `api` serves
+    # ingest, serving, users and summaries and forwards the coordinator's stateful routes (/v1/federation,
+    # /v1/social, user erasure) to federation_url; `federation` serves those and holds the run state.
+    # `all` with workers > 1 starts one federation process on 127.0.0.1:federation_port and api workers.
+    process_role: Literal["all", "api", "federation"] = "all"
+    federation_url: str | None = Field(None, pattern=r"^https?://[^\s/?#]+/?$")
+    federation_port: int = Field(0, ge=0, le=65535)  # 0: a free loopback port, chosen at start
+    # Deadline of one forwarded call (connect 5 s; then this long without a byte): at least the
+    # coordinator's COORD_REQUEST_TIMEOUT_S, or a long step would be cut at the API process first.
+    federation_timeout_s: float = Field(600.0, gt=0.0, le=3600.0)
     # How often each process checks whether serving must rebuild its snapshot (another process
     # published, ingested or erased); the process that made the change sees it at once.
     serving_refresh_s: float = Field(1.0, gt=0.0, le=3600.0)
@@ -147,6 +157,12 @@ class PartySettings(GuardSettings):
         if self.tls_client_ca_file is not None and self.tls_cert_file is None:
             raise ValueError("PARTY_TLS_CLIENT_CA_FILE needs PARTY_TLS_CERT_FILE: client certificates need HTTPS")
         check_dev_host("PARTY_", self.dev_mode, self.host)
+        if self.federation_url is not None and self.process_role != "api":
+            raise ValueError("PARTY_FEDERATION_URL is for PARTY_PROCESS_ROLE=api (processes that forward federation "
+                             "routes); role all starts its own federation process, role federation is one")
+        if self.process_role == "federation" and self.workers > 1:
+            raise ValueError("PARTY_PROCESS_ROLE=federation holds run state in memory: it runs as one process "
+                             "(PARTY_WORKERS=1); scale the API processes instead")
         if self.rating_min >= self.rating_max:
             raise ValueError("rating_min must be below rating_max")
         return self

@@ -19,3 +19,7 @@ ROUTERS: list[APIRouter] = [
     federation.admin_router,
     social.router,
 ]
+
+# Served only where the party's run state is (the federation process, or a process of role all);
+# an API process forwards them (party_api.forward). Erasure in users.router is forwarded too.
+FEDERATION_ROUTERS: list[APIRouter] = [federation.router, social.router]
