@@ -90,6 +90,7 @@ def test_index_lists_runs_and_links_to_their_pages(tmp_path: Path) -> None:
         assert index.status_code == 200 and "default-src 'self'" in index.headers["content-security-policy"]
         dp_run = fed.client.create_run(rounds=2, min_parties=2, seed=0, config={**TINY_CONFIG, "dp_epsilon": 8})
         assert fed.client.wait(dp_run["run_id"], timeout=120)["state"] == "completed"
+        fed.client.register("ghost", "http://127.0.0.1:9")  # registered and enabled, nothing listens there
         plain = fed.client.create_run(rounds=4, min_parties=2, seed=0, config=TINY_CONFIG)
         browser = _browser()
         try:
@@ -107,13 +108,16 @@ def test_index_lists_runs_and_links_to_their_pages(tmp_path: Path) -> None:
             ids = [r.get_attribute("id") for r in browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr")]
             assert ids == [row, f"run-{dp_run['run_id']}"]  # newest first
             cells = [c.text for c in browser.find_elements(By.CSS_SELECTOR, f"#{row} td")]
-            assert cells[2] == "4 / 4" and cells[3] == "p0, p1"
+            assert cells[2] == "4 / 4" and cells[3] == "p0, p1 (left out: ghost)"
             assert re.fullmatch(r"\d+\.\d{4} \(round [0-3]\)", cells[5])
             browser.save_screenshot(str(tmp_path / "index.png"))
             browser.find_element(By.LINK_TEXT, plain["run_id"]).click()
             wait.until(lambda _: browser.find_element(By.ID, "state").text == "completed")
             assert browser.current_url.endswith(f"/dashboard/runs/{plain['run_id']}")
             assert _points(browser, "valid_rmse") == _points(browser, "test_rmse") == 4
+            excluded = [[c.text for c in r.find_elements(By.TAG_NAME, "td")]
+                        for r in browser.find_elements(By.CSS_SELECTOR, "#excluded tbody tr")]
+            assert len(excluded) == 1 and excluded[0][0] == "ghost" and "unreachable" in excluded[0][1]
             browser.save_screenshot(str(tmp_path / "run.png"))
             browser.find_element(By.LINK_TEXT, "← all runs").click()
             wait.until(lambda _: browser.find_elements(By.LINK_TEXT, dp_run["run_id"]))
