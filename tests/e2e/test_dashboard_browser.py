@@ -1,5 +1,6 @@
-"""The run dashboard in a real headless Chromium (Debian's chromium + chromium-driver, installed by `make test`'s
-setup): opened while a run trains, it shows the round counter moving and the validation curve."""
+"""The dashboard in a real headless Chromium (Debian's chromium + chromium-driver, installed by `make test`'s setup):
+the index lists runs and links to each run's page; a run's page, opened while it trains, shows the round counter
+moving, validation and test curves, and its privacy in words (a whole-run ε only where the run has one)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import re
 import shutil
 from pathlib import Path
 
+import httpx
 import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
@@ -25,9 +27,19 @@ def _browser() -> webdriver.Chrome:
     assert binary and driver, "chromium/chromedriver missing: run `make system-deps` (apt-get install chromium chromium-driver)"
     options = webdriver.ChromeOptions()
     options.binary_location = binary
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1000,900"):
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1100,1400"):
         options.add_argument(flag)
     return webdriver.Chrome(service=Service(executable_path=driver), options=options)
+
+
+def _privacy(browser: webdriver.Chrome) -> dict[str, str]:
+    """The privacy table as {mechanism: sentence}."""
+    rows = browser.find_elements(By.CSS_SELECTOR, "#privacy tbody tr")
+    return {cells[0].text: cells[1].text for cells in (r.find_elements(By.TAG_NAME, "td") for r in rows)}
+
+
+def _points(browser: webdriver.Chrome, key: str) -> int:
+    return int(browser.find_element(By.ID, f"curve-{key}").get_attribute("data-points") or 0)
 
 
 @pytest.mark.slow
@@ -48,13 +60,71 @@ def test_dashboard_shows_the_run_while_it_trains(tmp_path: Path) -> None:
             # The page refreshes by itself while the run trains: the counter reaches the end.
             wait.until(lambda _: counter.text == f"{ROUNDS} / {ROUNDS}")
             wait.until(lambda _: browser.find_element(By.ID, "state").text == "completed")
-            points = browser.find_element(By.CSS_SELECTOR, "#curve polyline").get_attribute("data-points")
-            assert int(points or 0) == ROUNDS
+            assert _points(browser, "valid_rmse") == _points(browser, "test_rmse") == ROUNDS
+            legend = browser.find_element(By.ID, "curve-legend").text
+            assert "validation RMSE" in legend and "test RMSE" in legend
             parties = [row.find_element(By.TAG_NAME, "td").text
                        for row in browser.find_elements(By.CSS_SELECTOR, "#bytes tbody tr")]
             assert parties == ["p0", "p1"]
-            assert "δ spent" in browser.find_element(By.ID, "privacy").text
+            privacy = _privacy(browser)
+            assert privacy["Whole-run differential privacy"].startswith("off — this run has no ε guarantee")
+            assert privacy["Secure aggregation"].startswith("on — the coordinator sees sums")
+            assert "not a guarantee for the run" in privacy["Quantization bound (per round)"]
+            text = browser.find_element(By.ID, "privacy").text
+            # The vacuous basic-composition δ is gone, and nothing is dumped as JSON.
+            assert "δ spent" not in text and "{" not in text
+            assert not browser.find_element(By.ID, "excluded-section").is_displayed()
             assert during < ROUNDS or seen_state == "completed"  # seen mid-run, unless the run outpaced the page
             browser.save_screenshot(str(tmp_path / "dashboard.png"))
+        finally:
+            browser.quit()
+
+
+@pytest.mark.slow
+def test_index_lists_runs_and_links_to_their_pages(tmp_path: Path) -> None:
+    with federation(tmp_path, n_parties=2) as fed:
+        base = fed.coordinator.url
+        page = httpx.get(f"{base}/dashboard/runs/%3Cscript%3Ex")  # a run id is escaped into the page
+        assert "<script>x" not in page.text and "&lt;script&gt;x" in page.text
+        index = httpx.get(f"{base}/dashboard")
+        assert index.status_code == 200 and "default-src 'self'" in index.headers["content-security-policy"]
+        dp_run = fed.client.create_run(rounds=2, min_parties=2, seed=0, config={**TINY_CONFIG, "dp_epsilon": 8})
+        assert fed.client.wait(dp_run["run_id"], timeout=120)["state"] == "completed"
+        fed.client.register("ghost", "http://127.0.0.1:9")  # registered and enabled, nothing listens there
+        plain = fed.client.create_run(rounds=4, min_parties=2, seed=0, config=TINY_CONFIG)
+        browser = _browser()
+        try:
+            wait = WebDriverWait(browser, 120, poll_frequency=0.1)
+            browser.get(f"{base}/dashboard#token=not-the-admin-token")
+            wait.until(lambda _: "HTTP 401" in browser.find_element(By.ID, "status").text
+                       or "HTTP 403" in browser.find_element(By.ID, "status").text)
+            assert browser.find_element(By.ID, "token-form").is_displayed()
+            browser.get(f"{base}/dashboard#token={ADMIN}")
+            wait.until(lambda _: not browser.find_element(By.ID, "token-form").is_displayed())
+            row = f"run-{plain['run_id']}"
+            # The index refreshes while the plain run trains, until its row says completed with a best RMSE.
+            wait.until(lambda _: "completed" in browser.find_element(By.ID, row).text
+                       and "(round" in browser.find_element(By.ID, row).text)
+            ids = [r.get_attribute("id") for r in browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr")]
+            assert ids == [row, f"run-{dp_run['run_id']}"]  # newest first
+            cells = [c.text for c in browser.find_elements(By.CSS_SELECTOR, f"#{row} td")]
+            assert cells[2] == "4 / 4" and cells[3] == "p0, p1 (left out: ghost)"
+            assert re.fullmatch(r"\d+\.\d{4} \(round [0-3]\)", cells[5])
+            browser.save_screenshot(str(tmp_path / "index.png"))
+            browser.find_element(By.LINK_TEXT, plain["run_id"]).click()
+            wait.until(lambda _: browser.find_element(By.ID, "state").text == "completed")
+            assert browser.current_url.endswith(f"/dashboard/runs/{plain['run_id']}")
+            assert _points(browser, "valid_rmse") == _points(browser, "test_rmse") == 4
+            excluded = [[c.text for c in r.find_elements(By.TAG_NAME, "td")]
+                        for r in browser.find_elements(By.CSS_SELECTOR, "#excluded tbody tr")]
+            assert len(excluded) == 1 and excluded[0][0] == "ghost" and "unreachable" in excluded[0][1]
+            browser.save_screenshot(str(tmp_path / "run.png"))
+            browser.find_element(By.LINK_TEXT, "← all runs").click()
+            wait.until(lambda _: browser.find_elements(By.LINK_TEXT, dp_run["run_id"]))
+            browser.find_element(By.LINK_TEXT, dp_run["run_id"]).click()
+            wait.until(lambda _: browser.find_element(By.ID, "state").text == "completed")
+            whole_run = _privacy(browser)["Whole-run differential privacy"]
+            assert re.match(r"on — ε = 8 at δ = 1e-6 for one user-item interaction .*; spent so far: ε = 8$", whole_run)
+            browser.save_screenshot(str(tmp_path / "dp-run.png"))
         finally:
             browser.quit()
