@@ -370,9 +370,11 @@ class RunManager:
         _, failures = fan_out(self._pool, clients, lambda c: c.publish(run_id=run_id, round_index=last))
         self._flush(run_id, counter)
         test = history[-1].metrics.get("test_rmse", math.nan) if history else math.nan
+        dp = (run.config.get("train") or run.config).get("dp_epsilon") is not None
         detail = f"completed {run.rounds_done} rounds; " + (
             f"final test RMSE {test:.4f}" if math.isfinite(test)
-            else "no test ratings labelled at the parties (PUT /v1/evaluation-split)")
+            else "held-out errors are not reported under whole-run differential privacy" if dp
+            else "no test ratings labelled at the parties (fedrec party evaluation-split FILE)")
         if run.rounds_done < run.rounds_total:
             detail += " (stopped early: no validation improvement)"
         if failures:
