@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from functools import reduce
 from pathlib import Path
 from typing import Annotated
 
@@ -11,9 +12,18 @@ import numpy as np
 import typer
 
 from services.data.csv import write_links_csv, write_ratings_csv
-from services.data.formats import FORMATS, load_all
+from services.data.formats import FORMATS, detect_format, load_all
+from services.data.movielens import read_ml1m_genres, read_ml100k_genres
 from services.data.parsing import DataFormatError, concat_ratings
-from services.data.splits import split_by_party, vertical_split
+from services.data.splits import (
+    genre_split,
+    implicit_feedback,
+    keep_users,
+    primary_genre_groups,
+    split_by_party,
+    user_overlap,
+    vertical_split,
+)
 from services.data.synthetic import generate
 from services.data.types import Dataset
 
@@ -33,26 +43,56 @@ def _parse_floats(text: str | None, what: str) -> list[float] | None:
         raise typer.BadParameter(f"{what} must be comma-separated numbers, got {text!r}") from None
 
 
+def _genres(path: Path, fmt: str) -> dict[str, str]:
+    """Primary genre of each MovieLens item (the only formats with genres)."""
+    if fmt == "ml-100k":
+        return read_ml100k_genres(path)
+    if fmt == "ml-1m":
+        return read_ml1m_genres(path)
+    raise typer.BadParameter(f"--by genre needs MovieLens (ml-100k or ml-1m), not {fmt}")
+
+
 def _write_parties(
-    ds: Dataset, n_parties: int, seed: int, shares: list[float] | None, out: Path
+    ds: Dataset,
+    n_parties: int,
+    seed: int,
+    shares: list[float] | None,
+    out: Path,
+    *,
+    overlap: float = 1.0,
+    genres: dict[str, str] | None = None,
+    implicit: float | None = None,
 ) -> dict:
-    """Assign items to parties; write party<k>.csv (+ social.csv) and manifest.json."""
+    """Assign items (at random or by genre) and users to parties; write party<k>.csv (+ social.csv) and manifest.json."""
     whole = concat_ratings([r for r in (ds.train, ds.valid, ds.test) if r is not None])
+    n_input = len(whole)
+    if implicit is not None:
+        whole = implicit_feedback(whole, implicit)
     full = Dataset(ds.name, whole, whole.subset(np.zeros(0, dtype=np.int64)), None)
     items = np.unique(whole.item_ids)
+    # One generator, items first: a default split (random items, overlap 1) draws exactly what it always did.
+    rng = np.random.default_rng(seed)
+    owner: dict[str, int] | None = None
     try:
-        parties = vertical_split(items, n_parties, np.random.default_rng(seed), shares=shares)
+        if genres is None:
+            parties = vertical_split(items, n_parties, rng, shares=shares)
+        else:
+            if shares is not None:
+                raise ValueError("--shares applies to --by random only (genre groups are balanced by item count)")
+            parties, owner = genre_split(primary_genre_groups(genres, items), n_parties, rng)
+        users = user_overlap(np.unique(whole.user_ids), n_parties, rng, overlap=overlap)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     out.mkdir(parents=True, exist_ok=True)
     files = []
     for k, part in enumerate(split_by_party(full, parties)):
         path = out / f"party{k}.csv"
-        rows = write_ratings_csv(path, part.train)
+        rows = write_ratings_csv(path, keep_users(part.train, users[k]))
         files.append(
-            {"party": k, "file": path.name, "items": int(parties[k].size), "ratings": rows}
+            {"party": k, "file": path.name, "items": int(parties[k].size), "users": int(users[k].size),
+             "ratings": rows}
         )
-        _say(f"  wrote {path} ({rows:,} ratings, {parties[k].size:,} items)")
+        _say(f"  wrote {path} ({rows:,} ratings, {parties[k].size:,} items, {users[k].size:,} users)")
     manifest: dict = {
         "name": ds.name,
         "parties": files,
@@ -60,8 +100,17 @@ def _write_parties(
         "rating_min": ds.rating_min,
         "rating_max": ds.rating_max,
         "users": int(np.unique(whole.user_ids).size),
-        "ratings": len(whole),
+        "ratings": sum(f["ratings"] for f in files),
+        "overlap": overlap,
+        "shared_users": int(reduce(np.intersect1d, users).size),
+        "by": "random" if genres is None else "genre",
+        "feedback": "explicit" if implicit is None else "implicit",
     }
+    if owner is not None:
+        manifest["genre_parties"] = owner
+    if implicit is not None:
+        # Every kept row is written with rating 1.0 (an interaction), which a party on the default 1-5 scale accepts.
+        manifest.update(rating_min=1.0, rating_max=1.0, implicit_threshold=implicit, input_ratings=n_input)
     if ds.social is not None:
         n_links = write_links_csv(out / "social.csv", ds.social)
         manifest["social"] = {"file": "social.csv", "links": n_links}
@@ -118,12 +167,29 @@ def split(
         str | None, typer.Option("--format", help=f"one of {', '.join(FORMATS)}")
     ] = None,
     shares: Annotated[
-        str | None, typer.Option(help="item shares per party, e.g. '0.2,0.8'")
+        str | None, typer.Option(help="item shares per party, e.g. '0.2,0.8' (--by random)")
+    ] = None,
+    overlap: Annotated[
+        float,
+        typer.Option(help="share of users kept at every party (0 < F <= 1); each other user goes to one party"),
+    ] = 1.0,
+    by: Annotated[
+        str, typer.Option(help="item split: 'random', or 'genre' (MovieLens: whole primary-genre groups per party)")
+    ] = "random",
+    implicit: Annotated[
+        float | None,
+        typer.Option(help="ratings >= THRESHOLD become interactions (rating 1.0), the rest are dropped"),
     ] = None,
 ) -> None:
-    """Split a data set vertically (items at random over parties) into per-party ratings CSVs."""
+    """Split a data set vertically (items at random or by genre over parties) into per-party ratings CSVs."""
+    if not 0.0 < overlap <= 1.0:
+        raise typer.BadParameter(f"--overlap must be in (0, 1], got {overlap}")
+    if by not in ("random", "genre"):
+        raise typer.BadParameter(f"--by must be 'random' or 'genre', got {by!r}")
     try:
-        ds = load_all(path, fmt)
+        kind = fmt or detect_format(path)
+        ds = load_all(path, kind)
+        genres = _genres(path, kind) if by == "genre" else None
     except (DataFormatError, ValueError, FileNotFoundError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(code=2) from None
@@ -131,7 +197,8 @@ def split(
         f"read {len(ds.train):,} ratings from {path} ({ds.meta['format']}); "
         f"splitting over {parties} parties"
     )
-    manifest = _write_parties(ds, parties, seed, _parse_floats(shares, "--shares"), out)
+    manifest = _write_parties(ds, parties, seed, _parse_floats(shares, "--shares"), out,
+                              overlap=overlap, genres=genres, implicit=implicit)
     typer.echo(json.dumps({"out": str(out), "ratings": manifest["ratings"], "parties": parties}))
 
 

@@ -105,11 +105,53 @@ def load_ml1m(
     )
 
 
+def read_ml100k_genres(path: str | Path) -> dict[str, str]:
+    """Primary genre of each MovieLens-100K movie: the first genre flag set in u.item (u.genre order)."""
+    root = Path(path)
+    root = root if root.is_dir() else root.parent
+    names = [line.split("|")[0] for line in _latin1_lines(root / "u.genre") if line.strip()]
+    out: dict[str, str] = {}
+    for number, line in enumerate(_latin1_lines(root / "u.item"), start=1):
+        if not line.strip():
+            continue
+        fields = line.split("|")
+        flags = fields[5:]
+        if len(flags) != len(names):
+            raise DataFormatError(root / "u.item", number, f"{len(flags)} genre flags, expected {len(names)}")
+        first = next((g for g, f in zip(names, flags) if f.strip() == "1"), "unknown")
+        out[fields[0].strip()] = first
+    return out
+
+
+def read_ml1m_genres(path: str | Path) -> dict[str, str]:
+    """Primary genre of each MovieLens-1M movie: the first genre listed in movies.dat (`id::title::A|B`)."""
+    p = Path(path)
+    file = p / "movies.dat" if p.is_dir() else p.parent / "movies.dat"
+    out: dict[str, str] = {}
+    for number, line in enumerate(_latin1_lines(file), start=1):
+        if not line.strip():
+            continue
+        fields = line.split("::")
+        if len(fields) != 3:
+            raise DataFormatError(file, number, "expected movie::title::genres")
+        out[fields[0].strip()] = fields[2].strip().split("|")[0] or "unknown"
+    return out
+
+
+def _latin1_lines(path: Path) -> list[str]:
+    """Lines of a MovieLens metadata file (Latin-1 encoded, unlike the rating files' ASCII)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"MovieLens genre file not found: {path}")
+    return path.read_text(encoding="latin-1").splitlines()
+
+
 __all__ = [
     "ML100K_SPLITS",
     "DataFormatError",
     "load_ml1m",
     "load_ml100k",
+    "read_ml1m_genres",
     "read_ml1m_ratings",
+    "read_ml100k_genres",
     "read_ml100k_ratings",
 ]

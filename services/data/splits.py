@@ -157,3 +157,67 @@ def vertical_split_dataset(
         dataset_items(dataset), n_parties, np.random.default_rng(seed), shares=shares
     )
     return split_by_party(dataset, parties)
+
+
+def user_overlap(
+    users: np.ndarray, n_parties: int, rng: np.random.Generator, *, overlap: float = 1.0
+) -> list[np.ndarray]:
+    """Users held by each party: a seeded `overlap` share at every party, each other user at one party (uniform)."""
+    users = np.unique(np.asarray(users).astype(str))
+    if n_parties < 1:
+        raise ValueError(f"n_parties must be >= 1, got {n_parties}")
+    if not 0.0 < overlap <= 1.0:
+        raise ValueError(f"overlap must be in (0, 1], got {overlap}")
+    if overlap == 1.0:
+        # Today's shape, and no draw from rng: a default split stays byte-identical.
+        return [users.copy() for _ in range(n_parties)]
+    shared = np.zeros(users.size, dtype=bool)
+    shared[rng.choice(users.size, size=round(overlap * users.size), replace=False)] = True
+    home = rng.integers(0, n_parties, size=users.size)
+    return [np.sort(users[shared | (home == k)]) for k in range(n_parties)]
+
+
+def keep_users(ratings: Ratings, users: np.ndarray) -> Ratings:
+    """The rows of `ratings` whose user is in `users`."""
+    return ratings.subset(np.isin(ratings.user_ids.astype(str), np.asarray(users).astype(str)))
+
+
+def primary_genre_groups(genres: dict[str, str], items: np.ndarray) -> dict[str, np.ndarray]:
+    """Items grouped by their primary genre (`genres[item]`); items without one fall in "unknown"."""
+    names = np.array([genres.get(str(i), "unknown") for i in np.asarray(items).astype(str)], dtype=str)
+    items = np.asarray(items).astype(str)
+    return {g: np.sort(items[names == g]) for g in sorted(set(names.tolist()))}
+
+
+def genre_split(
+    groups: dict[str, np.ndarray], n_parties: int, rng: np.random.Generator
+) -> tuple[list[np.ndarray], dict[str, int]]:
+    """A domain split: whole genre groups to parties, balanced by item count; returns (party items, genre → party).
+
+    Groups go largest first to the party holding the fewest items so far (ties: lowest party);
+    groups of equal size are taken in a seeded random order.
+    """
+    if n_parties < 1:
+        raise ValueError(f"n_parties must be >= 1, got {n_parties}")
+    names = [g for g in groups if len(groups[g])]
+    if len(names) < n_parties:
+        raise ValueError(f"cannot split {len(names)} genre groups over {n_parties} parties")
+    shuffled = [names[k] for k in rng.permutation(len(names))]
+    order = sorted(shuffled, key=lambda g: -len(groups[g]))  # stable: equal sizes keep the seeded order
+    load = np.zeros(n_parties, dtype=np.int64)
+    owner: dict[str, int] = {}
+    for g in order:
+        k = int(np.argmin(load))
+        owner[g] = k
+        load[k] += len(groups[g])
+    parts = [
+        np.sort(np.concatenate([np.asarray(groups[g]).astype(str) for g in names if owner[g] == k]))
+        for k in range(n_parties)
+    ]
+    return parts, dict(sorted(owner.items()))
+
+
+def implicit_feedback(ratings: Ratings, threshold: float) -> Ratings:
+    """Ratings at or above `threshold` become interactions of value 1.0; the rest are dropped."""
+    keep = ratings.subset(ratings.ratings >= threshold)
+    return Ratings(keep.user_ids, keep.item_ids, np.ones(len(keep), dtype=np.float32), keep.timestamps)

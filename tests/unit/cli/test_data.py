@@ -120,3 +120,42 @@ def test_split_reports_bad_input(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2 and "not found" in result.stderr
     assert detect_format(bad) == "csv"
+
+
+@pytest.mark.skipif(not (DATA / "ml-100k").is_dir(), reason="shared data sets absent")
+def test_split_ml100k_by_genre_with_partial_overlap(tmp_path: Path) -> None:
+    out = tmp_path / "g"
+    args = ["data", "split", str(DATA / "ml-100k"), "--out", str(out), "--by", "genre", "--overlap", "0.5",
+            "--seed", "2"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    parts = _party_files(out, 2)
+    manifest = json.loads((out / "manifest.json").read_text())
+    owner = manifest["genre_parties"]
+    genres = {line.split("|")[0]: line for line in (DATA / "ml-100k" / "u.item").read_text("latin-1").splitlines()}
+    names = [g.split("|")[0] for g in (DATA / "ml-100k" / "u.genre").read_text().splitlines() if g]
+    for k, p in enumerate(parts):  # every item lies at the party owning its primary genre
+        for item in np.unique(p.item_ids).tolist():
+            flags = genres[item].split("|")[5:]
+            assert owner[next((g for g, f in zip(names, flags) if f == "1"), "unknown")] == k
+    users = [set(p.user_ids.tolist()) for p in parts]
+    assert len(users[0] & users[1]) <= manifest["shared_users"] == round(0.5 * 943)
+    assert len(users[0] | users[1]) <= 943 and manifest["by"] == "genre" and manifest["overlap"] == 0.5
+
+
+def test_split_implicit_threshold_and_bad_options(tmp_path: Path) -> None:
+    src = tmp_path / "r.csv"
+    src.write_text("user_id,item_id,rating\n1,a,5\n1,b,2\n2,a,4\n2,c,3\n3,b,4.5\n")
+    out = tmp_path / "imp"
+    result = runner.invoke(app, ["data", "split", str(src), "--out", str(out), "--implicit", "4"])
+    assert result.exit_code == 0, result.output
+    rows = [(u, i, r) for p in _party_files(out, 2)
+            for u, i, r in zip(p.user_ids.tolist(), p.item_ids.tolist(), p.ratings.tolist())]
+    assert sorted(rows) == [("1", "a", 1.0), ("2", "a", 1.0), ("3", "b", 1.0)]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["feedback"] == "implicit" and manifest["implicit_threshold"] == 4.0
+    assert manifest["ratings"] == 3 and manifest["input_ratings"] == 5
+    for bad, says in ((["--overlap", "0"], "--overlap"), (["--by", "year"], "--by"),
+                      (["--by", "genre"], "MovieLens")):
+        result = runner.invoke(app, ["data", "split", str(src), "--out", str(out), *bad])
+        assert result.exit_code == 2 and says in result.output and "Traceback" not in result.output
