@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StrictStr, WithJsonSchema
 
-from services.protocol.ids import IdStr, checked_id
+from services.protocol.ids import EXTERNAL_ID_MAX, IdStr, checked_id
 
 # Every id goes through the one validation (services.protocol.ids): length, control characters, unicode.
 ExternalId = Annotated[StrictStr | StrictInt, AfterValidator(checked_id)]
@@ -121,6 +121,37 @@ class SummaryRead(BaseModel):
     rating_min: float
     rating_max: float
     rating_histogram: dict[str, int]
+
+
+def _customer_id(value: Any) -> str:
+    """A user id as a string or an integer (not a float or a bool), then the one id validation."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ValueError("a user id must be a string or an integer")
+    return str(checked_id(str(value)))
+
+
+# One validator (not a StrictStr | StrictInt union) so an error's location is the list row, not a union member.
+CustomerId = Annotated[
+    Any,
+    AfterValidator(_customer_id),
+    WithJsonSchema({"anyOf": [{"type": "string", "minLength": 1, "maxLength": EXTERNAL_ID_MAX},
+                              {"type": "integer"}]}),
+]
+
+
+class UserBatchCreate(BaseModel):
+    """Customer ids to register at this party (with or without interactions); known ids are left as they are."""
+
+    model_config = ConfigDict(extra="forbid")
+    user_ids: list[CustomerId] = Field(min_length=1, max_length=MAX_JSON_ROWS)
+
+
+class UsersRegistered(BaseModel):
+    """What a registration did: distinct ids in the request, how many were new, how many already known."""
+
+    users: int
+    created: int
+    existing: int
 
 
 class UserRead(BaseModel):

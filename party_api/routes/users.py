@@ -1,4 +1,4 @@
-"""Per-user admin routes: inspect (admin token) and erase (admin token, or the coordinator's federation-wide erasure)."""
+"""Per-user admin routes: register customer ids, inspect (admin token) and erase (admin token, or the coordinator's federation-wide erasure)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,18 @@ from party_api.deps import (
     SessionDep,
     SocialOrNoneDep,
 )
-from party_api.schemas import ErasureRead, UserRead
+from party_api.schemas import ErasureRead, UserBatchCreate, UserRead, UsersRegistered
 from services.party import catalog, erasure
 
 router = APIRouter(prefix="/v1/users", tags=["users"])
 ERRORS = error_responses(401, 403, 404, 422)
+
+
+@router.post("", response_model=UsersRegistered, responses=error_responses(401, 403, 409, 422),
+             dependencies=[AdminDep])
+def register_users(body: UserBatchCreate, session: SessionDep) -> catalog.Registration:
+    """Register known customer ids without interactions (idempotent); they take part in PSI like any other user."""
+    return catalog.register_users(session=session, external_ids=body.user_ids)
 
 
 @router.get("/{external_id}", response_model=UserRead, responses=ERRORS, dependencies=[AdminDep])

@@ -11,7 +11,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from services.db.party_tables import Interaction, Item, SocialLink, User
-from services.errors import NotFound
+from services.db.session import is_write_conflict
+from services.errors import Conflict, NotFound
+from services.party.serving import mark_changed
+
+ID_CHUNK = 5_000  # ids per statement: below SQLite's bound-parameter limit
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,15 @@ class Summary:
     rating_min: float
     rating_max: float
     rating_histogram: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Registration:
+    """What a registration of customer ids did: distinct ids asked, how many were new, how many known."""
+
+    users: int
+    created: int
+    existing: int
 
 
 @dataclass(frozen=True)
@@ -110,3 +123,30 @@ def upsert_items(*, session: Session, items: Sequence[dict[str, Any]]) -> int:
         session.rollback()
         raise
     return len(items)
+
+
+def register_users(*, session: Session, external_ids: Sequence[str]) -> Registration:
+    """Register customer ids (with or without interactions) in one transaction; known ids are left as they are."""
+    ids = sorted(set(external_ids))
+    dialect = session.get_bind().dialect.name
+    insert = (sqlite if dialect == "sqlite" else postgresql).insert
+    existing = 0
+    try:
+        for start in range(0, len(ids), ID_CHUNK):
+            chunk = ids[start:start + ID_CHUNK]
+            existing += int(session.scalar(
+                select(func.count()).select_from(User).where(User.external_id.in_(chunk))) or 0)
+            stmt = insert(User.__table__).on_conflict_do_nothing(index_elements=["external_id"])  # type: ignore[arg-type]
+            session.execute(stmt, [{"external_id": e} for e in chunk])
+        mark_changed(session=session)  # serving learns the new users (most-popular fallback until a model has them)
+        session.commit()
+    except Exception as exc:
+        session.rollback()
+        if is_write_conflict(exc):
+            raise Conflict("the database is busy with a concurrent write; nothing was registered, retry it",
+                           extra={"retryable": True}) from exc
+        raise
+    except BaseException:
+        session.rollback()
+        raise
+    return Registration(len(ids), len(ids) - existing, existing)
