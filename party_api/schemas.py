@@ -5,7 +5,15 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StrictStr, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    WithJsonSchema,
+)
 
 from services.protocol.ids import EXTERNAL_ID_MAX, IdStr, checked_id
 
@@ -126,7 +134,7 @@ class SummaryRead(BaseModel):
 def _customer_id(value: Any) -> str:
     """A user id as a string or an integer (not a float or a bool), then the one id validation."""
     if isinstance(value, bool) or not isinstance(value, str | int):
-        raise ValueError("a user id must be a string or an integer")
+        raise ValueError("a user id must be a string or an integer")  # noqa: TRY004 (pydantic reports ValueError only)
     return str(checked_id(str(value)))
 
 
