@@ -1,4 +1,4 @@
-"""`fedrec party` sub-commands: serve, migrate, ingest a file into a running party, label its evaluation split."""
+"""`fedrec party` sub-commands: serve, migrate, ingest a file into a running party, register users, label its evaluation split."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn, 
 
 from cli.http import CliError, Tls, checked, reported, service_client
 from services.errors import DomainError, raise_for
+from services.protocol.ids import id_problem
 
 err = Console(stderr=True)
 
@@ -226,6 +227,55 @@ def evaluation_split(
     typer.echo(json.dumps({"rows": answer["rows"], **counts}))
 
 
+USERS_PER_REQUEST = 50_000  # the party's JSON row limit
+
+
+def _user_ids(path: Path) -> list[tuple[int, str]]:
+    """(line, id) of a file with one id per line, or a CSV whose header has a user_id column."""
+    lines = path.read_text(encoding="utf-8-sig").splitlines()
+    numbered = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
+    if not numbered:
+        return []
+    header = [f.strip().lower() for f in next(csv.reader([numbered[0][1]]))]
+    if "user_id" in header:
+        column = header.index("user_id")
+        rows = []
+        for (n, _), fields in zip(numbered[1:], csv.reader(line for _, line in numbered[1:])):
+            if len(fields) <= column:
+                raise CliError(f"{path}:{n}: no user_id column ({len(fields)} field(s))")
+            rows.append((n, fields[column].strip()))
+    elif len(header) > 1:
+        raise CliError(f"{path}:1: a CSV needs a user_id column in its header, got {','.join(header)[:80]}")
+    else:
+        rows = [(n, line.strip()) for n, line in numbered]
+    for n, user in rows:
+        if (reason := id_problem(user)) is not None:
+            raise CliError(f"{path}:{n}: {reason}")
+    return rows
+
+
+@reported
+def users(
+    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=(
+        "customer ids: one per line, or a CSV with a user_id column in its header"))],
+    url: UrlOpt = "http://127.0.0.1:8001",
+    token: TokenOpt = "",
+    *, tls: Tls,
+) -> None:
+    """Register customer ids at a party, also ones without interactions (they take part in PSI); idempotent."""
+    rows = _user_ids(file)
+    if not rows:
+        raise CliError(f"{file} holds no user ids")
+    totals = {"users": 0, "created": 0, "existing": 0}
+    with _client(url, token, tls, timeout=600) as client:
+        for start in range(0, len(rows), USERS_PER_REQUEST):
+            chunk = [user for _, user in rows[start:start + USERS_PER_REQUEST]]
+            answer = checked(client.post("/v1/users", json={"user_ids": chunk}))
+            for key in totals:
+                totals[key] += int(answer[key])
+    typer.echo(json.dumps({**totals, "file": str(file)}))
+
+
 def register(app: typer.Typer) -> None:
     """Attach the party commands to the root CLI."""
     sub = typer.Typer(help="Run a party service and load data into it.", no_args_is_help=True)
@@ -233,4 +283,5 @@ def register(app: typer.Typer) -> None:
     sub.command()(migrate)
     sub.command("evaluation-split")(evaluation_split)
     sub.command()(ingest)
+    sub.command()(users)
     app.add_typer(sub, name="party")

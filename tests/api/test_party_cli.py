@@ -83,3 +83,33 @@ def test_evaluation_split_refuses_a_bad_file_in_one_line(party: Party, tmp_path:
     result = CliRunner().invoke(app, ["party", "evaluation-split", str(short), "--url", party.url, "--token", ADMIN])
     assert result.exit_code == 1 and f"{short}:2: expected user and item columns" in result.output
     assert _labels(party) == {}
+
+
+def test_users_from_a_plain_list_and_a_csv(party: Party, tmp_path: Path) -> None:
+    plain = tmp_path / "ids.txt"
+    plain.write_text("ann\nbo\n\nann\n")
+    result = CliRunner().invoke(app, ["party", "users", str(plain), "--url", party.url, "--token", ADMIN])
+    assert result.exit_code == 0, result.output
+    assert '"users": 2, "created": 2, "existing": 0' in result.output
+    table = tmp_path / "customers.csv"
+    table.write_text("name,user_id\nAnn,ann\n\"Cy, Jr\",cy\n")
+    result = CliRunner().invoke(app, ["party", "users", str(table), "--url", party.url, "--token", ADMIN])
+    assert result.exit_code == 0, result.output
+    assert '"users": 2, "created": 1, "existing": 1' in result.output
+    assert party.admin.get("/v1/users/cy").json()["interactions"] == 0
+
+
+def test_users_refuses_a_bad_file_in_one_line(party: Party, tmp_path: Path) -> None:
+    for text, says in (("ok\n" + "x" * 300 + "\n", ":2: id longer than 255"),
+                       ("name,email\na,b\n", ":1: a CSV needs a user_id column"),
+                       ("", "holds no user ids")):
+        bad = tmp_path / "bad.txt"
+        bad.write_text(text)
+        result = CliRunner().invoke(app, ["party", "users", str(bad), "--url", party.url, "--token", ADMIN])
+        assert result.exit_code == 1 and says in result.output, result.output
+        assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+    assert party.admin.get("/v1/counts").json()["users"] == 0
+    ok = tmp_path / "ok.txt"
+    ok.write_text("a\n")
+    result = CliRunner().invoke(app, ["party", "users", str(ok), "--url", party.url, "--token", "wrong"])
+    assert result.exit_code == 1 and "refused the credential" in result.output
