@@ -87,12 +87,13 @@ def _write_parties(
     files = []
     for k, part in enumerate(split_by_party(full, parties)):
         path = out / f"party{k}.csv"
-        rows = write_ratings_csv(path, keep_users(part.train, users[k]))
+        kept = keep_users(part.train, users[k])
+        rows = write_ratings_csv(path, kept)
+        n_users = int(np.unique(kept.user_ids).size)  # users with a rating in the file
         files.append(
-            {"party": k, "file": path.name, "items": int(parties[k].size), "users": int(users[k].size),
-             "ratings": rows}
+            {"party": k, "file": path.name, "items": int(parties[k].size), "users": n_users, "ratings": rows}
         )
-        _say(f"  wrote {path} ({rows:,} ratings, {parties[k].size:,} items, {users[k].size:,} users)")
+        _say(f"  wrote {path} ({rows:,} ratings, {parties[k].size:,} items, {n_users:,} users)")
     manifest: dict = {
         "name": ds.name,
         "parties": files,
@@ -102,7 +103,7 @@ def _write_parties(
         "users": int(np.unique(whole.user_ids).size),
         "ratings": sum(f["ratings"] for f in files),
         "overlap": overlap,
-        "shared_users": int(reduce(np.intersect1d, users).size),
+        "shared_users": int(reduce(np.intersect1d, users).size),  # assigned to every party (--overlap)
         "by": "random" if genres is None else "genre",
         "feedback": "explicit" if implicit is None else "implicit",
     }
