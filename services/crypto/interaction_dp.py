@@ -40,6 +40,45 @@ def rating_levels(rating_min: float, rating_max: float, step: float = 1.0) -> np
     return (rating_min + step * np.arange(n)).astype(np.float32)
 
 
+def expected_released(*, n_present: int, n_cells: int, levels: int, epsilon: float) -> float:
+    """Expected number of ratings the mechanism releases from `n_present` ratings in `n_cells` cells.
+
+    A present cell stays a rating with probability 1 − p + p·L/k, an absent one becomes a rating with
+    p·L/k, so E = n_present·(1 − p) + n_cells·p·L/k (increasing in n_present: an upper bound on the
+    ratings gives an upper bound on E).
+    """
+    p = noise_parameter(epsilon, levels + 1)
+    return n_present * (1 - p) + n_cells * p * levels / (levels + 1)
+
+
+def absent_subset(*, observed: np.ndarray, total: int, size: int, rng: np.random.Generator) -> np.ndarray:
+    """A uniformly random `size`-subset of [0, total) minus the sorted unique `observed`, unsorted.
+
+    Memory O(size + |observed|) whatever `total`: candidates are drawn uniformly from [0, total) in
+    batches and taken in draw order when neither observed nor already taken. That is sequential
+    rejection sampling, whose result is a uniform subset of the complement (the law of
+    `rng.choice(complement, size, replace=False)`). While the complement is at least half of the
+    cells each draw is accepted with probability ≥ 1/2; when the subset and the observed cells
+    exceed half of all cells, the complement is small (< 2·(size + |observed|)), so it is listed.
+    """
+    if size <= 0:
+        return np.zeros(0, np.int64)
+    if 2 * (size + observed.size) > total:  # dense: listing the complement costs O(released) anyway
+        absent = np.setdiff1d(np.arange(total, dtype=np.int64), observed, assume_unique=True)
+        return rng.choice(absent, size=size, replace=False)
+    taken = np.zeros(0, np.int64)
+    while taken.size < size:
+        need = size - taken.size
+        batch = rng.integers(0, total, size=need + need // 2 + 16, dtype=np.int64)
+        hit = np.searchsorted(observed, batch)
+        batch = batch[~((hit < observed.size) & (observed[np.minimum(hit, observed.size - 1)] == batch))]
+        _, first = np.unique(batch, return_index=True)  # first draw of each value, kept in draw order
+        batch = batch[np.sort(first)]
+        batch = batch[~np.isin(batch, taken)]
+        taken = np.concatenate([taken, batch[:need]])
+    return taken
+
+
 def randomize_interactions(
     *, users: np.ndarray, items: np.ndarray, ratings: np.ndarray, n_users: int, n_items: int, levels: np.ndarray,
     epsilon: float, rng: np.random.Generator,
@@ -48,8 +87,10 @@ def randomize_interactions(
 
     Present cells (duplicates: the last rating wins) are snapped to the nearest level; each cell is
     redrawn with probability p uniformly among {absent} ∪ levels. Absent cells are handled in
-    bulk: how many are redrawn is Binomial(#absent, p), which of them is a uniform subset, and a
-    redrawn cell becomes a rating with probability L/k. Returns (users, items, ratings) sorted by cell.
+    bulk, never listed: how many become ratings is Binomial(#absent, p·L/k), which ones a uniform
+    subset of the absent cells (`absent_subset`), each with a uniform level. Memory is
+    O(ratings in + ratings out), independent of n_users × n_items. Returns (users, items, ratings)
+    sorted by cell.
     """
     k = len(levels) + 1
     p = noise_parameter(epsilon, k)
@@ -65,13 +106,12 @@ def randomize_interactions(
     new_idx = np.where(redraw, drawn, level_idx)
     keep = new_idx < len(levels)
     kept_cells, kept_vals = cells[keep], levels[new_idx[keep]]
-    # absent cells: Binomial(#absent, p) are redrawn; each becomes a rating with probability L/k
+    # absent cells: Binomial(#absent, p·L/k) become ratings, a uniform subset of them, uniform levels
     total = n_users * n_items
     n_absent = total - cells.size
     n_new = int(rng.binomial(n_absent, p * len(levels) / k)) if n_absent > 0 else 0
     if n_new:
-        absent = np.setdiff1d(np.arange(total, dtype=np.int64), cells, assume_unique=True)
-        new_cells = rng.choice(absent, size=n_new, replace=False)
+        new_cells = absent_subset(observed=cells, total=total, size=n_new, rng=rng)
         new_vals = levels[rng.integers(0, len(levels), size=n_new)]
         kept_cells = np.concatenate([kept_cells, new_cells])
         kept_vals = np.concatenate([kept_vals, new_vals])

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import math
+import tracemalloc
 
 import numpy as np
 import pytest
 
 from services.crypto.interaction_dp import (
+    absent_subset,
+    expected_released,
     noise_parameter,
     randomize_interactions,
     rating_levels,
@@ -69,3 +73,56 @@ def test_budget_refusal_names_the_figures() -> None:
     assert err.value.http_status == 409 and err.value.extra["budget_epsilon"] == 3.0
     assert err.value.extra["epsilon_required"] == pytest.approx(8.0, abs=1e-4)
     require_budget(run_guarantee(epsilon=3.0, buckets=6, delta=1e-6), budget_epsilon=3.0, budget_delta=1e-5)
+
+
+@pytest.mark.parametrize("size", [3, 4])  # 3: rejection sampling; 4: the complement is listed (dense)
+def test_absent_subset_is_a_uniform_subset_of_the_complement(size: int) -> None:
+    """Every `size`-subset of the 9 absent cells comes out equally often (the law of rng.choice on the complement)."""
+    observed, total, n = np.array([2, 5, 7]), 12, 30_000
+    rng = np.random.default_rng(1)
+    complement = sorted(set(range(total)) - set(observed.tolist()))
+    counts = dict.fromkeys(itertools.combinations(complement, size), 0)
+    for _ in range(n):
+        drawn = absent_subset(observed=observed, total=total, size=size, rng=rng)
+        assert drawn.size == size and np.unique(drawn).size == size
+        counts[tuple(sorted(drawn.tolist()))] += 1  # a KeyError here: an observed cell was drawn
+    expected = n / len(counts)
+    assert max(abs(c - expected) for c in counts.values()) < 5 * math.sqrt(expected)  # 5 sigma per subset
+
+
+def test_sparse_matrix_cells_follow_the_exact_mechanism() -> None:
+    """10 x 10 cells, 5 ratings, ε = 4 (the rejection-sampling regime): each cell's output law is k-ary RR."""
+    eps, k, n = 4.0, 6, 6_000
+    p = noise_parameter(eps, k)
+    users, items = np.array([0, 1, 3, 3, 9]), np.array([0, 4, 2, 7, 9])
+    ratings = np.array([1.0, 2.0, 3.0, 4.0, 5.0], np.float32)
+    rng = np.random.default_rng(5)
+    counts = np.zeros((100, k))  # per cell: levels 0..4, index 5 absent
+    for _ in range(n):
+        u, i, r = randomize_interactions(users=users, items=items, ratings=ratings, n_users=10, n_items=10,
+                                         levels=LEVELS, epsilon=eps, rng=rng)
+        outcome = np.full(100, 5)
+        outcome[u * 10 + i] = np.searchsorted(LEVELS, r)
+        counts[np.arange(100), outcome] += 1
+    exact = np.full((100, k), p / k)
+    exact[:, 5] = 1 - p + p / k
+    exact[users * 10 + items] = p / k
+    exact[users * 10 + items, np.searchsorted(LEVELS, ratings)] = 1 - p + p / k
+    sigma = np.sqrt(exact * (1 - exact) / n)
+    assert np.all(np.abs(counts / n - exact) < 5 * sigma + 1e-9)
+    released = counts[:, :5].sum() / n
+    assert released == pytest.approx(expected_released(n_present=5, n_cells=100, levels=5, epsilon=eps), rel=0.02)
+
+
+def test_a_huge_sparse_matrix_is_randomized_without_listing_its_cells() -> None:
+    """200k users x 50k items (1e10 cells): the old complement alone would take 80 GB; here a few MB."""
+    rng = np.random.default_rng(2)
+    users, items = rng.integers(0, 200_000, 2_000), rng.integers(0, 50_000, 2_000)
+    tracemalloc.start()
+    try:
+        u, i, r = randomize_interactions(users=users, items=items, ratings=np.full(2_000, 3.0, np.float32),
+                                         n_users=200_000, n_items=50_000, levels=LEVELS, epsilon=16.0, rng=rng)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20 << 20 and 0 < u.size < 2_000 + 10 * 1_000 and np.all(i < 50_000)
