@@ -21,6 +21,7 @@ from services.config import PartySettings
 from services.db.session import make_engine, make_sessionmaker
 from services.p4gcn.ledger import SocialBudget
 from services.p4gcn.service import SocialService
+from services.party.dp_policy import DpPolicy
 from services.party.federation import FederationService
 from services.party.serving import Snapshot
 from services.party.serving_cache import ModelCache
@@ -82,7 +83,7 @@ def create_app(settings: PartySettings) -> FastAPI:
         app.state.federation = None if role == "api" else FederationService(
             sessions=sessions, party_id=settings.party_id, rating_min=settings.rating_min,
             rating_max=settings.rating_max, secret=bytes.fromhex(settings.secret) if settings.secret else None,
-            peer_identities=settings.peer_identities)
+            peer_identities=settings.peer_identities, dp_policy=DpPolicy.from_settings(settings))
         cache_class = NoServing if role == "federation" else ModelCache
         app.state.model_cache = cache = cache_class(sessions=sessions, refresh_s=settings.serving_refresh_s,
                                                     on_load=lambda snap: model_version.set(snap.version))

@@ -128,6 +128,11 @@ class PartySettings(GuardSettings):
     # This party's long-lived secret (hex, >= 16 bytes): its X25519/Ed25519 keys, its share of the agreed
     # projection seed and its private initialisation derive from it. Unset: drawn once and kept in the DB.
     secret: str | None = Field(default=None, repr=False, pattern=r"^([0-9a-fA-F]{2}){16,}$")
+    # Whole-run DP (randomized response on this party's training matrix): configure refuses a run whose
+    # dp_epsilon is below this floor, or whose expected released ratings (true ones kept plus noise
+    # cells) exceed this cap; small ε makes a sparse matrix dense (services.party.dp_policy).
+    dp_min_epsilon: float = Field(1.0, gt=0.0)
+    dp_max_released: int = Field(50_000_000, ge=1)
     # Pinned Ed25519 identity keys of the peers ({party_id: hex}); unpinned peers are trusted on first use.
     peer_identities: dict[str, str] = Field(default_factory=dict)
 

@@ -31,6 +31,7 @@ from services.federation.messages import (
 )
 from services.federation.plan import PartySide, ProtocolPlan, RatingTable, Seeds
 from services.party import fed_store as store
+from services.party.dp_policy import DpPolicy, check_dp_request
 from services.party.serving import ServingModel, publish
 from services.protocol.federation import decode_points, encode_points, pack_tree, unpack_tree
 
@@ -66,13 +67,14 @@ class FederationService:
     """Answers the coordinator's federation calls for one party (serialised by a lock)."""
 
     def __init__(self, *, sessions: sessionmaker[Session], party_id: str, rating_min: float,
-                 rating_max: float, secret: bytes | None = None, peer_identities: Mapping[str, str] | None = None
-                 ) -> None:
+                 rating_max: float, secret: bytes | None = None, peer_identities: Mapping[str, str] | None = None,
+                 dp_policy: DpPolicy | None = None) -> None:
         self.sessions = sessions
         self.party_id = party_id
         self._secret = secret
         self.peer_identities = dict(peer_identities or {})
         self.rating_min, self.rating_max = rating_min, rating_max
+        self.dp_policy = dp_policy
         self._lock = threading.RLock()
         self._psi: dict[str, tuple[float, PsiParty]] = {}  # run id -> (started, secret and own ids)
         self._runs: dict[str, _Run] = {}
@@ -198,6 +200,8 @@ class FederationService:
                 raise ProtocolError(f"run {request.run_id} has no user alignment at this party (run PSI first)")
             users = [str(u) for u in unpack_tree(found[1])["user_ids"].tolist()]
             run = _Run(request.run_id, plan, config, request.seed, users, store.all_item_ids(session=session))
+            check_dp_request(policy=self.dp_policy, epsilon=getattr(config, "dp_epsilon", None), session=session,
+                             n_users=len(users), n_items=len(run.item_order))
             run.secagg = SecAggParty(party_id=self.party_id, secret=self.secret(session), run_id=request.run_id)
             data = self._load_data(session, run, total_items=1)
             store.put_state(session=session, key=f"run:{request.run_id}",
