@@ -120,7 +120,7 @@ def test_a_huge_sparse_matrix_is_randomized_without_listing_its_cells() -> None:
     users, items = rng.integers(0, 200_000, 2_000), rng.integers(0, 50_000, 2_000)
     tracemalloc.start()
     try:
-        u, i, r = randomize_interactions(users=users, items=items, ratings=np.full(2_000, 3.0, np.float32),
+        u, i, _ = randomize_interactions(users=users, items=items, ratings=np.full(2_000, 3.0, np.float32),
                                          n_users=200_000, n_items=50_000, levels=LEVELS, epsilon=16.0, rng=rng)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
