@@ -1,9 +1,13 @@
-"""`fedrec certs`: a development CA and certificates for a local federation (HTTPS + mutual TLS).
+"""`fedrec certs`: a development CA and role-specific certificates for a local federation (HTTPS + mutual TLS).
 
-Every service gets one certificate usable as server and client (SAN: the given hosts), signed by a
-fresh CA: parties serve with theirs and require client certificates from the CA; the coordinator
-serves with its own and presents it to the parties. For development and tests only: a real
-deployment's certificates come from the organizations' own CAs.
+Each certificate does one job (its extended key usage says which, and TLS checks it):
+- server certificates (serverAuth only) for the coordinator and each party; their SANs are the
+  service's own name (its identity: the coordinator pins a party to it, `tls_name` at
+  registration) and the hosts the services answer on;
+- client certificates (clientAuth only; SAN: the holder's name) for the coordinator as a client
+  of the parties (`coordinator-client`) and for the operator (`operator`: CLI, scripts, apps).
+A client certificate cannot serve as a party, and one party's certificate cannot pass for another
+pinned party's. For development and tests only: real certificates come from the organizations' CAs.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import datetime as dt
 import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from cryptography import x509
@@ -21,6 +25,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 VALID_DAYS = 365
+COORDINATOR_CLIENT = "coordinator-client"
+OPERATOR = "operator"
+Role = Literal["server", "client"]
 
 
 @dataclass(frozen=True)
@@ -68,28 +75,39 @@ def _san(host: str) -> x509.GeneralName:
         return x509.DNSName(host)
 
 
-def issue(ca: Issued, common_name: str, hosts: list[str]) -> Issued:
-    """A certificate for one service, valid as TLS server (for `hosts`) and as TLS client."""
+def issue(ca: Issued, common_name: str, hosts: list[str], *, role: Role) -> Issued:
+    """A certificate for one role: a server (SANs: `common_name` and `hosts`) or a client (SAN: `common_name`)."""
     key = ec.generate_private_key(ec.SECP256R1())
     now = dt.datetime.now(dt.timezone.utc)
+    names = list(dict.fromkeys([common_name, *hosts])) if role == "server" else [common_name]
+    usage = ExtendedKeyUsageOID.SERVER_AUTH if role == "server" else ExtendedKeyUsageOID.CLIENT_AUTH
     cert = (x509.CertificateBuilder().subject_name(_name(common_name)).issuer_name(ca.cert.subject)
             .public_key(key.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=VALID_DAYS))
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.SubjectAlternativeName([_san(h) for h in hosts]), critical=False)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
-                           critical=False)
+            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=False, crl_sign=False,
+                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                         key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(x509.SubjectAlternativeName([_san(h) for h in names]), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
             .sign(ca.key, hashes.SHA256()))
     return Issued(key, cert)
 
 
 def federation_certs(out: Path, *, parties: list[str], hosts: list[str],
                      clients: list[str] | None = None) -> dict[str, tuple[Path, Path]]:
-    """ca.crt (+ ca.key) and NAME.crt/NAME.key for the coordinator, each party and each extra client under `out`."""
+    """Under `out`: ca.crt (+ ca.key); server certificates coordinator and each party; client certificates
+    coordinator-client, operator and each extra client. Returns {name: (cert, key)}."""
+    reserved = {"ca", "coordinator", COORDINATOR_CLIENT, OPERATOR}
+    taken = [n for n in [*parties, *(clients or [])] if n in reserved]
+    if taken or len(set(parties)) != len(parties):
+        raise ValueError(f"party and client names must be distinct and none of {sorted(reserved)}: {taken or parties}")
     ca = make_ca()
     files = {"ca": ca.write(out, "ca")}
-    for name in ["coordinator", *parties, *(clients or [])]:
-        files[name] = issue(ca, name, hosts).write(out, name)
+    for name in ["coordinator", *parties]:
+        files[name] = issue(ca, name, hosts, role="server").write(out, name)
+    for name in [COORDINATOR_CLIENT, OPERATOR, *(clients or [])]:
+        files[name] = issue(ca, name, [], role="client").write(out, name)
     return files
 
 
@@ -98,17 +116,26 @@ def certs(
     party: Annotated[list[str], typer.Option(help="a party id (repeat); default: party1..party3")] = [],  # noqa: B006
     host: Annotated[list[str], typer.Option(help="a host name or IP the services answer on (repeat)")] = [],  # noqa: B006
 ) -> None:
-    """Create a development CA and certificates for the coordinator and each party (mutual TLS)."""
+    """Create a development CA, server certificates (coordinator, each party) and client certificates
+    (the coordinator's, the operator's) for mutual TLS."""
     parties = party or ["party1", "party2", "party3"]
-    files = federation_certs(out, parties=parties, hosts=host or ["localhost", "127.0.0.1"])
-    typer.echo(f"CA: {files['ca'][0]}")
-    for name in ["coordinator", *parties]:
+    try:
+        files = federation_certs(out, parties=parties, hosts=host or ["localhost", "127.0.0.1"])
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    ca = files["ca"][0]
+    typer.echo(f"CA: {ca}")
+    for name in ["coordinator", *parties, COORDINATOR_CLIENT, OPERATOR]:
         cert, key = files[name]
-        typer.echo(f"{name}: {cert} {key}")
+        typer.echo(f"{name} ({'client' if name in (COORDINATOR_CLIENT, OPERATOR) else 'server'}): {cert} {key}")
     typer.echo("party:       PARTY_TLS_CERT_FILE=<party>.crt PARTY_TLS_KEY_FILE=<party>.key "
-               f"PARTY_TLS_CLIENT_CA_FILE={files['ca'][0]}")
-    typer.echo(f"coordinator: COORD_PARTY_CA_FILE={files['ca'][0]} COORD_CLIENT_CERT_FILE={files['coordinator'][0]} "
-               f"COORD_CLIENT_KEY_FILE={files['coordinator'][1]} (and COORD_TLS_CERT_FILE/KEY_FILE to serve HTTPS)")
+               f"PARTY_TLS_CLIENT_CA_FILE={ca}")
+    client_cert, client_key = files[COORDINATOR_CLIENT]
+    typer.echo(f"coordinator: COORD_PARTY_CA_FILE={ca} COORD_CLIENT_CERT_FILE={client_cert} "
+               f"COORD_CLIENT_KEY_FILE={client_key} COORD_TLS_CERT_FILE={files['coordinator'][0]} "
+               f"COORD_TLS_KEY_FILE={files['coordinator'][1]} (COORD_TLS_CLIENT_CA_FILE={ca}: require client certificates)")
+    typer.echo("register:    fedrec coordinator register-party <party> https://<host>:<port> --tls-name <party>")
+    typer.echo(f"operator:    client certificate {files[OPERATOR][0]} (key {files[OPERATOR][1]}); trust {ca}")
 
 
 def register(app: typer.Typer) -> None:

@@ -56,14 +56,17 @@ def migrate(database_url: Annotated[str | None, typer.Option(help="default: COOR
 def register_party(
     party_id: str, party_url: str, url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt = None,
     party_token: Annotated[str, typer.Option(envvar="PARTY_COORDINATOR_TOKEN", help="credential the party expects")] = "",
+    tls_name: Annotated[str | None, typer.Option(help="the name (SAN) the party's TLS certificate must carry, "
+                                                      "checked on every connection (default: the URL's host)")] = None,
     *, tls: Tls,
 ) -> None:
     """Register a party (or re-point it if already registered)."""
+    body = {"url": party_url, "token": party_token, **({"tls_name": tls_name} if tls_name else {})}
     with client(url, token, tls) as c:
         try:
-            party = checked(c.post("/v1/parties", json={"party_id": party_id, "url": party_url, "token": party_token}))
+            party = checked(c.post("/v1/parties", json={"party_id": party_id, **body}))
         except Conflict:  # already registered: re-point it
-            party = checked(c.patch(f"/v1/parties/{party_id}", json={"url": party_url, "token": party_token}))
+            party = checked(c.patch(f"/v1/parties/{party_id}", json=body))
         found = checked(c.post("/v1/parties/check", params={"party_ids": [party_id]}))
     out.print_json(data=party)
     for row in found:

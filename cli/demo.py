@@ -239,7 +239,7 @@ def demo(
         for pid, ds_p in parts.items():
             n = load_party(http, procs[pid].url, ds_p)
             named = _load_titles(http, procs[pid].url, ds_p, titles)
-            cc.register(pid, procs[pid].url)
+            cc.register(pid, procs[pid].url, tls_name=pid if certs else None)  # pinned to its own certificate
             console.print(f"{pid}: {n} ratings ingested at {procs[pid].url}" + (f", {named} item titles" if named else ""))
         status = _train(cc, rounds=rounds, seed=seed, config=config)
         if status["state"] != "completed":

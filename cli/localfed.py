@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from cli.certs import federation_certs
+from cli.certs import COORDINATOR_CLIENT, OPERATOR, federation_certs
 from cli.http import checked
 from services.data.types import Dataset, Ratings
 from services.db.session import owner_only_dir, owner_only_file
@@ -116,19 +116,20 @@ def wait_healthy(url: str, *, timeout: float, proc: subprocess.Popen[bytes] | No
 class LocalTLS:
     """A development CA and certificates for a local federation (`fedrec certs`), and who uses which.
 
-    Parties serve HTTPS and require a client certificate from the CA (mutual TLS); the coordinator
-    serves HTTPS, verifies parties against the CA and presents its own certificate to them; the
-    operator's clients (data loading, run control, apps) trust the CA and present the `operator`
-    certificate, which the parties accept like any other the CA signed.
+    Parties serve HTTPS with server certificates named after them and require a client certificate
+    from the CA (mutual TLS); the coordinator serves HTTPS with its server certificate, verifies each
+    party against the CA and the party's own name (`tls_name`, pinned at registration) and presents
+    its client certificate (`coordinator-client`); the operator's clients (data loading, run
+    control, apps) trust the CA and present the `operator` client certificate.
     """
 
     files: dict[str, tuple[Path, Path]]
 
     @classmethod
     def create(cls, out: Path, parties: list[str]) -> LocalTLS:
-        """Write ca.crt and one certificate per service (and the operator) under `out` (loopback SANs)."""
+        """Write ca.crt, a server certificate per service and the client certificates under `out` (loopback SANs)."""
         owner_only_dir(out)
-        return cls(federation_certs(out, parties=parties, hosts=["localhost", "127.0.0.1"], clients=["operator"]))
+        return cls(federation_certs(out, parties=parties, hosts=["localhost", "127.0.0.1"]))
 
     @property
     def ca(self) -> Path:
@@ -144,13 +145,14 @@ class LocalTLS:
     def coordinator_env(self) -> dict[str, str]:
         """COORD_* settings: serve HTTPS, verify parties against the CA, present the client certificate."""
         cert, key = self.files["coordinator"]
+        client_cert, client_key = self.files[COORDINATOR_CLIENT]
         return {"COORD_TLS_CERT_FILE": str(cert), "COORD_TLS_KEY_FILE": str(key), "COORD_PARTY_CA_FILE": str(self.ca),
-                "COORD_CLIENT_CERT_FILE": str(cert), "COORD_CLIENT_KEY_FILE": str(key)}
+                "COORD_CLIENT_CERT_FILE": str(client_cert), "COORD_CLIENT_KEY_FILE": str(client_key)}
 
     def client_context(self) -> ssl.SSLContext:
         """For httpx clients of the operator: trust the CA, present the operator certificate."""
         context = ssl.create_default_context(cafile=str(self.ca))
-        cert, key = self.files["operator"]
+        cert, key = self.files[OPERATOR]
         context.load_cert_chain(str(cert), str(key))
         return context
 
@@ -217,14 +219,13 @@ class CoordinatorClient:
     def _h(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.admin}"}
 
-    def register(self, party_id: str, url: str, token: str = COORD_TOKEN) -> None:
-        """Register (or re-point) a party."""
+    def register(self, party_id: str, url: str, token: str = COORD_TOKEN, *, tls_name: str | None = None) -> None:
+        """Register (or re-point) a party; `tls_name` pins the name its TLS certificate must carry."""
+        body = {"url": url, "token": token, **({"tls_name": tls_name} if tls_name else {})}
         try:
-            checked(self.http.post(f"{self.url}/v1/parties", headers=self._h(),
-                                   json={"party_id": party_id, "url": url, "token": token}))
+            checked(self.http.post(f"{self.url}/v1/parties", headers=self._h(), json={"party_id": party_id, **body}))
         except Conflict:
-            checked(self.http.patch(f"{self.url}/v1/parties/{party_id}", headers=self._h(),
-                                    json={"url": url, "token": token}))
+            checked(self.http.patch(f"{self.url}/v1/parties/{party_id}", headers=self._h(), json=body))
 
     def create_run(self, **body: Any) -> dict[str, Any]:
         """POST /v1/runs (202)."""

@@ -16,6 +16,10 @@ from services.verfedgnn.config import VerFedGNNRunConfig
 TOKEN_PATTERN = r"^[\x21-\x7e]+$"
 URL_PATTERN = r"^https?://[\x21-\x7e]+$"
 MAX_PAIRS = 10_000  # a coordinator prediction batch; each party accepts as many (party_api.schemas)
+# A DNS name or an IP address: the SAN a party's TLS certificate must carry.
+TLS_NAME = Field(default=None, min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9.:-]*$",
+                 description="the name (DNS SAN or IP) the party's TLS certificate must carry, checked in every "
+                             "handshake before the credential is sent; unset: the URL's host")
 
 
 def _utc(value: Any) -> Any:
@@ -45,6 +49,7 @@ class PartyCreate(BaseModel):
     url: str = Field(min_length=8, max_length=512, pattern=URL_PATTERN)
     token: str = Field(min_length=1, max_length=256, pattern=TOKEN_PATTERN)
     role: str = Field(default="ratings", pattern=r"^(ratings|social)$")
+    tls_name: str | None = TLS_NAME
 
 
 class PartyUpdate(BaseModel):
@@ -55,6 +60,7 @@ class PartyUpdate(BaseModel):
     token: str | None = Field(default=None, min_length=1, max_length=256, pattern=TOKEN_PATTERN)
     role: str | None = Field(default=None, pattern=r"^(ratings|social)$")
     enabled: bool | None = None
+    tls_name: str | None = TLS_NAME
 
 
 class PartyRead(BaseModel):
@@ -64,6 +70,7 @@ class PartyRead(BaseModel):
     url: str
     role: str
     enabled: bool
+    tls_name: str | None = None
 
 
 class TrainingRunCreate(BaseModel):

@@ -206,9 +206,11 @@ class CoordinatorSettings(GuardSettings):
     # /metrics answers with this bearer token only (unset: /metrics is off); never an API credential.
     metrics_token: str | None = None
     log_format: Literal["json", "text"] = "json"
-    # HTTPS for the coordinator's own API.
+    # HTTPS for the coordinator's own API; with tls_client_ca_file, its callers must present a client
+    # certificate signed by that CA (mutual TLS) in addition to their token.
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
+    tls_client_ca_file: Path | None = None
     # Calls to parties: verify their certificates against this CA bundle (default: the system's), and
     # present this client certificate to parties that require one (mutual TLS).
     party_ca_file: Path | None = None
@@ -234,5 +236,13 @@ class CoordinatorSettings(GuardSettings):
                                      "metrics_token": [self.metrics_token] if self.metrics_token else []})
         check_pair("COORD_", self.tls_cert_file, self.tls_key_file, "TLS")
         check_pair("COORD_", self.client_cert_file, self.client_key_file, "CLIENT")
+        if self.tls_client_ca_file is not None and self.tls_cert_file is None:
+            raise ValueError("COORD_TLS_CLIENT_CA_FILE needs COORD_TLS_CERT_FILE: client certificates need HTTPS")
         check_dev_host("COORD_", self.dev_mode, self.host)
         return self
+
+    @property
+    def https_parties_only(self) -> bool:
+        """A coordinator configured for TLS (outside dev mode) registers parties at https:// URLs only."""
+        tls = (self.tls_cert_file, self.party_ca_file, self.client_cert_file)
+        return not self.dev_mode and any(f is not None for f in tls)

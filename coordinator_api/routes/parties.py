@@ -10,7 +10,7 @@ from pydantic import Field
 from api_common.errors import error_responses
 from api_common.params import NamePath
 from api_common.guard import body_class
-from coordinator_api.deps import AdminDep, ManagerDep, SessionDep
+from coordinator_api.deps import AdminDep, ManagerDep, SessionDep, SettingsDep
 from coordinator_api.schemas import PartyCheckRead, PartyCreate, PartyRead, PartyUpdate
 from services.coordinator import registry
 from services.protocol.ids import NAME_PATTERN
@@ -20,7 +20,7 @@ router = APIRouter(prefix="/v1/parties", tags=["parties"], dependencies=[AdminDe
 
 
 def _read(p: registry.PartyEndpoint) -> PartyRead:
-    return PartyRead(party_id=p.party_id, url=p.url, role=p.role, enabled=p.enabled)
+    return PartyRead(party_id=p.party_id, url=p.url, role=p.role, enabled=p.enabled, tls_name=p.tls_name)
 
 
 @router.get("", response_model=list[PartyRead])
@@ -30,9 +30,9 @@ def list_parties(session: SessionDep) -> list[PartyRead]:
 
 
 @router.post("", response_model=PartyRead, status_code=201, openapi_extra=body_class("small"))
-def register_party(body: PartyCreate, session: SessionDep) -> PartyRead:
-    """Register a party."""
-    return _read(registry.register(session=session, **body.model_dump()))
+def register_party(body: PartyCreate, session: SessionDep, settings: SettingsDep) -> PartyRead:
+    """Register a party (https:// only when the coordinator is configured for TLS, outside dev mode)."""
+    return _read(registry.register(session=session, https_only=settings.https_parties_only, **body.model_dump()))
 
 
 @router.post("/check", response_model=list[PartyCheckRead])
@@ -52,9 +52,10 @@ def get_party(party_id: NamePath, session: SessionDep) -> PartyRead:
 
 
 @router.patch("/{party_id}", response_model=PartyRead, openapi_extra=body_class("small"))
-def update_party(party_id: NamePath, body: PartyUpdate, session: SessionDep) -> PartyRead:
-    """Change a party's URL, credential, role or enabled flag."""
-    return _read(registry.update(session=session, party_id=party_id, **body.model_dump(exclude_unset=True)))
+def update_party(party_id: NamePath, body: PartyUpdate, session: SessionDep, settings: SettingsDep) -> PartyRead:
+    """Change a party's URL, credential, role, enabled flag or TLS name."""
+    return _read(registry.update(session=session, party_id=party_id, https_only=settings.https_parties_only,
+                                 **body.model_dump(exclude_unset=True)))
 
 
 @router.delete("/{party_id}", status_code=204)

@@ -53,9 +53,42 @@ def party_tls_context(settings: CoordinatorSettings) -> ssl.SSLContext:
     return context
 
 
+class PinnedTransport(httpx.BaseTransport):
+    """One connection pool per pinned TLS name, so a connection verified for one party never carries another's call.
+
+    A request's `sni_hostname` extension (a party's registered tls_name) is the name TLS checks the
+    server's certificate against (hostname verification in the handshake, before any request byte
+    and so before the credential is sent). Pools are keyed by that name: httpcore reuses
+    connections by origin alone, and two parties may share one (a gateway, a re-pointed URL).
+    """
+
+    def __init__(self, *, verify: ssl.SSLContext, limits: httpx.Limits) -> None:
+        self._verify, self._limits = verify, limits
+        self._pools: dict[str | None, httpx.HTTPTransport] = {}
+        self._lock = threading.Lock()
+
+    def _pool(self, name: str | None) -> httpx.HTTPTransport:
+        with self._lock:
+            if name not in self._pools:
+                self._pools[name] = httpx.HTTPTransport(verify=self._verify, limits=self._limits)
+            return self._pools[name]
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """Send through the pool of the request's pinned name."""
+        return self._pool(request.extensions.get("sni_hostname")).handle_request(request)
+
+    def close(self) -> None:
+        """Close every pool."""
+        with self._lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.close()
+
+
 def party_http_client(settings: CoordinatorSettings) -> httpx.Client:
     """The one HTTP client the coordinator reaches parties with (runs and serving fan-out)."""
-    return httpx.Client(limits=httpx.Limits(max_connections=64), verify=party_tls_context(settings))
+    return httpx.Client(transport=PinnedTransport(verify=party_tls_context(settings),
+                                                  limits=httpx.Limits(max_connections=64)))
 
 
 def _trace() -> dict[str, str]:
@@ -97,6 +130,8 @@ class PartyClient:
         self.timeout_s = timeout_s
         self.max_retries = max_retries
         self.backoff_s = backoff_s
+        # A pinned party: TLS checks its certificate against tls_name, not the URL's host (PinnedTransport).
+        self._tls: dict[str, Any] = {"sni_hostname": endpoint.tls_name} if endpoint.tls_name else {}
 
     @property
     def party_id(self) -> str:
@@ -120,7 +155,7 @@ class PartyClient:
                 time.sleep(self.backoff_s * (2 ** (attempt - 1)))
             try:
                 resp = self.http.post(url, content=body, headers=self._headers(content_type),
-                                      timeout=self.timeout_s)
+                                      timeout=self.timeout_s, extensions=self._tls)
             except httpx.TransportError as exc:
                 last = f"{type(exc).__name__}: {exc}"
                 self.counter.add(self.party_id, sent=len(body), received=0)
@@ -153,7 +188,7 @@ class PartyClient:
         """GET (used by serving fan-out) without retries; a 4xx is raised as the domain error it names."""
         try:
             resp = self.http.get(f"{self.endpoint.url}{path}", params=params, headers={**(headers or {}), **_trace()},
-                                 timeout=self.timeout_s)
+                                 timeout=self.timeout_s, extensions=self._tls)
         except httpx.TransportError as exc:
             raise PartyUnavailable(f"party {self.party_id} unavailable: {exc}",
                                    extra={"party_id": self.party_id}) from exc

@@ -22,6 +22,7 @@ class PartyEndpoint:
     token: str
     role: str
     enabled: bool
+    tls_name: str | None = None  # the SAN the party's certificate must carry (None: the URL's host)
 
 
 class _Plain:
@@ -43,7 +44,8 @@ def _sealer(session: Session) -> Sealer | _Plain:
 
 
 def _snapshot(row: PartyRow, session: Session) -> PartyEndpoint:
-    return PartyEndpoint(row.party_id, row.url.rstrip("/"), _sealer(session).open(row.token), row.role, row.enabled)
+    return PartyEndpoint(row.party_id, row.url.rstrip("/"), _sealer(session).open(row.token), row.role, row.enabled,
+                         row.tls_name)
 
 
 def seal_stored(*, session: Session) -> int:
@@ -58,9 +60,12 @@ def seal_stored(*, session: Session) -> int:
     return len(rows)
 
 
-def _check_url(url: str) -> None:
+def _check_url(url: str, *, https_only: bool = False) -> None:
     if not url.startswith(("http://", "https://")):
         raise ValidationFailed("url must start with http:// or https://", extra={"field": "url"})
+    if https_only and not url.startswith("https://"):  # the credential would cross the network in clear
+        raise ValidationFailed("url must be https:// (this coordinator is configured for TLS; http:// party URLs "
+                               "are accepted in dev mode only)", extra={"field": "url"})
     try:  # found by make fuzz: "http://[" was stored, and every later call to that party failed
         parts = urlsplit(url)
         valid = bool(parts.hostname) and not parts.query and not parts.fragment and parts.port != 0
@@ -71,12 +76,21 @@ def _check_url(url: str) -> None:
                                extra={"field": "url"})
 
 
-def register(*, session: Session, party_id: str, url: str, token: str, role: str = "ratings") -> PartyEndpoint:
-    """Add a party; 409 if the id is taken."""
-    _check_url(url)
+def _check_tls_name(url: str, tls_name: str | None) -> None:
+    if tls_name is not None and not url.startswith("https://"):
+        raise ValidationFailed("tls_name pins the party's TLS certificate: it needs an https:// url",
+                               extra={"field": "tls_name"})
+
+
+def register(*, session: Session, party_id: str, url: str, token: str, role: str = "ratings",
+             tls_name: str | None = None, https_only: bool = False) -> PartyEndpoint:
+    """Add a party; 409 if the id is taken. `tls_name`: the SAN its certificate must carry (its pinned identity)."""
+    _check_url(url, https_only=https_only)
+    _check_tls_name(url, tls_name)
     if session.get(PartyRow, party_id) is not None:
         raise Conflict(f"party {party_id!r} is already registered", extra={"field": "party_id"})
-    row = PartyRow(party_id=party_id, url=url, token=_sealer(session).seal(token), role=role, enabled=True)
+    row = PartyRow(party_id=party_id, url=url, token=_sealer(session).seal(token), role=role, enabled=True,
+                   tls_name=tls_name)
     session.add(row)
     session.commit()
     return _snapshot(row, session)
@@ -84,15 +98,18 @@ def register(*, session: Session, party_id: str, url: str, token: str, role: str
 
 def update(
     *, session: Session, party_id: str, url: str | None = None, token: str | None = None,
-    role: str | None = None, enabled: bool | None = None,
+    role: str | None = None, enabled: bool | None = None, tls_name: str | None = None, https_only: bool = False,
 ) -> PartyEndpoint:
-    """Change a party's URL, credential, role or enabled flag; running runs see it on their next call."""
+    """Change a party's URL, credential, role, enabled flag or TLS name; running runs see it on their next call."""
     row = session.get(PartyRow, party_id)
     if row is None:
         raise NotFound(f"party {party_id!r} is not registered", extra={"field": "party_id"})
     if url is not None:
-        _check_url(url)
+        _check_url(url, https_only=https_only)
         row.url = url
+    if tls_name is not None:
+        row.tls_name = tls_name
+    _check_tls_name(row.url, row.tls_name)
     if token is not None:
         row.token = _sealer(session).seal(token)
     if role is not None:

@@ -26,6 +26,8 @@ class PartyRow(CoordinatorBase):
     token: Mapped[str] = mapped_column(String(512))
     role: Mapped[str] = mapped_column(String(32), default="ratings")
     enabled: Mapped[bool] = mapped_column(default=True)
+    # The name the party's TLS certificate must carry (SAN), checked in every handshake; None: the URL's host.
+    tls_name: Mapped[str | None] = mapped_column(String(253), nullable=True, default=None)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
 

@@ -50,7 +50,8 @@ def test_party_registry_crud_and_bad_input(coord: httpx.Client) -> None:
     assert spaced.status_code == 422 and spaced.json()["field"] == "party_id"
     assert coord.post("/v1/parties", json={"party_id": "b", "url": "http://x:1", "token": "t", "x": 1}).status_code == 422
     patched = coord.patch("/v1/parties/a", json={"url": "http://127.0.0.1:3", "enabled": False})
-    assert patched.json() == {"party_id": "a", "url": "http://127.0.0.1:3", "role": "ratings", "enabled": False}
+    assert patched.json() == {"party_id": "a", "url": "http://127.0.0.1:3", "role": "ratings", "enabled": False,
+                              "tls_name": None}
     assert [p["party_id"] for p in coord.get("/v1/parties").json()] == ["a"]
     assert coord.delete("/v1/parties/a").status_code == 204
     missing = coord.get("/v1/parties/a")

@@ -1,5 +1,6 @@
 """Mutual TLS between coordinator and parties: a federation round and a serving call over HTTPS with client
-certificates made in the test; a client without a certificate, or with one from another CA, is refused."""
+certificates made in the test, each party pinned to its own certificate's name; a client without a
+certificate, or with one from another CA, is refused."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cli.certs import federation_certs, issue, make_ca
+from cli.certs import COORDINATOR_CLIENT, OPERATOR, federation_certs, issue, make_ca
 from cli.localfed import API_KEY
 from tests.support.federation import TINY_CONFIG, federation
 
@@ -25,14 +26,18 @@ def _client_context(ca: Path, cert: Path | None = None, key: Path | None = None)
 def test_federation_and_serving_over_mutual_tls(tmp_path: Path) -> None:
     files = federation_certs(tmp_path / "certs", parties=["p0", "p1"], hosts=["localhost", "127.0.0.1"])
     ca = files["ca"][0]
-    # One certificate serves both parties here (same host); the CA is what each side checks.
-    server = {"ssl_certfile": str(files["p0"][0]), "ssl_keyfile": str(files["p0"][1]), "ssl_ca_certs": str(ca),
-              "ssl_cert_reqs": ssl.CERT_REQUIRED, "client_verify": _client_context(ca, *files["p1"])}
-    coordinator = {"party_ca_file": ca, "client_cert_file": files["coordinator"][0],
-                   "client_key_file": files["coordinator"][1]}
+
+    def server(pid: str) -> dict[str, object]:  # each party serves with its own certificate
+        return {"ssl_certfile": str(files[pid][0]), "ssl_keyfile": str(files[pid][1]), "ssl_ca_certs": str(ca),
+                "ssl_cert_reqs": ssl.CERT_REQUIRED, "client_verify": _client_context(ca, *files[OPERATOR])}
+
+    coordinator = {"party_ca_file": ca, "client_cert_file": files[COORDINATOR_CLIENT][0],
+                   "client_key_file": files[COORDINATOR_CLIENT][1]}
     with federation(tmp_path, n_parties=2, server=server, **coordinator) as fed:
         party_url = fed.parties["p0"].url
         assert party_url.startswith("https://")
+        for pid, live in fed.parties.items():
+            fed.client.register(pid, live.url, tls_name=pid)  # pinned: TLS checks the certificate names pid
         run = fed.client.create_run(rounds=1, min_parties=2, seed=0, config=TINY_CONFIG)
         status = fed.client.wait(run["run_id"], timeout=180)
         assert status["state"] == "completed", status
@@ -45,10 +50,10 @@ def test_federation_and_serving_over_mutual_tls(tmp_path: Path) -> None:
         with pytest.raises(httpx.TransportError), httpx.Client(verify=_client_context(ca)) as bare:
             bare.get(f"{party_url}/health")
         stranger_ca = make_ca("another CA")
-        stranger = issue(stranger_ca, "stranger", ["localhost"]).write(tmp_path / "stranger", "client")
+        stranger = issue(stranger_ca, "stranger", [], role="client").write(tmp_path / "stranger", "client")
         with pytest.raises(httpx.TransportError), httpx.Client(verify=_client_context(ca, *stranger)) as other:
             other.get(f"{party_url}/health")
-        with httpx.Client(verify=_client_context(ca, *files["coordinator"])) as trusted:
+        with httpx.Client(verify=_client_context(ca, *files[COORDINATOR_CLIENT])) as trusted:
             assert trusted.get(f"{party_url}/health").status_code == 200
         # Server certificates are checked too: a client trusting only the system's CAs refuses the party.
         with pytest.raises(httpx.TransportError), httpx.Client(verify=ssl.create_default_context()) as system:

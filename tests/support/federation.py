@@ -70,11 +70,13 @@ class Federation:
 
 @contextmanager
 def federation(root: Path, *, n_parties: int = 3, wrap: Callable[[str, Any], Any] | None = None,
-               party: dict[str, Any] | None = None, server: dict[str, Any] | None = None,
+               party: dict[str, Any] | None = None,
+               server: dict[str, Any] | Callable[[str], dict[str, Any]] | None = None,
                datasets: dict[str, Dataset] | None = None, **coord: Any) -> Iterator[Federation]:
     """Start parties (optionally wrapping each ASGI app) and a coordinator; load data; register parties.
 
-    `party` overrides every party's settings, `server` passes uvicorn options (TLS) to the party servers.
+    `party` overrides every party's settings, `server` passes uvicorn options (TLS) to the party servers
+    (the same to each, or per party id when it is a function).
     """
     datasets = datasets if datasets is not None else tiny_parties(n_parties)
     with ExitStack() as stack:
@@ -89,7 +91,8 @@ def federation(root: Path, *, n_parties: int = 3, wrap: Callable[[str, Any], Any
                                      secret=dev_party_secret(pid).hex(),  # the in-process reference's secrets
                                      **(party or {}))
             app = party_app(settings)
-            live = LiveServer(wrap(pid, app) if wrap else app, **(server or {})).start()
+            options = server(pid) if callable(server) else (server or {})
+            live = LiveServer(wrap(pid, app) if wrap else app, **options).start()
             stack.callback(live.stop)
             servers[pid] = live
             with live.client() as loader:
