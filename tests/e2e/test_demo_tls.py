@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 
 import cli.demo as demo_mod
-from cli.localfed import Proc
+from cli.localfed import ADMIN, Proc
 from services.data.synthetic import generate
 from services.data.types import Dataset
 
@@ -45,6 +45,8 @@ def test_demo_runs_over_mutual_tls(monkeypatch: pytest.MonkeyPatch) -> None:
                 with pytest.raises(httpx.TransportError):
                     bare.get(f"{proc.url}/health")
                 probed[proc.name] = "refused"
+        parties = http.get(f"{url}/v1/parties", headers={"Authorization": f"Bearer {ADMIN}"}).json()
+        probed["pins"] = {p["party_id"]: p["tls_name"] for p in parties}  # each party pinned to its own name
         recommend(http, url, *args)
 
     monkeypatch.setattr(demo_mod, "_dataset", small)
@@ -60,7 +62,8 @@ def test_demo_runs_over_mutual_tls(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [p.name for p in started] == ["party0", "party1", "party2", "coordinator"]
     assert all(p.url.startswith("https://127.0.0.1:") for p in started)
     assert started[-1].env["COORD_PARTY_CA_FILE"] == started[0].env["PARTY_TLS_CLIENT_CA_FILE"]
-    assert probed == {"coordinator": 200, "party0": "refused", "party1": "refused", "party2": "refused"}
+    assert probed == {"coordinator": 200, "party0": "refused", "party1": "refused", "party2": "refused",
+                      "pins": {"party0": "party0", "party1": "party1", "party2": "party2"}}
     for proc in started[:-1]:
         assert f"ingested at {proc.url}" in out
     assert "mutual TLS" in out and "top-5 for user" in out
