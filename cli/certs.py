@@ -98,15 +98,17 @@ def federation_certs(out: Path, *, parties: list[str], hosts: list[str],
                      clients: list[str] | None = None) -> dict[str, tuple[Path, Path]]:
     """Under `out`: ca.crt (+ ca.key); server certificates coordinator and each party; client certificates
     coordinator-client, operator and each extra client. Returns {name: (cert, key)}."""
-    reserved = {"ca", "coordinator", COORDINATOR_CLIENT, OPERATOR}
-    taken = [n for n in [*parties, *(clients or [])] if n in reserved]
-    if taken or len(set(parties)) != len(parties):
-        raise ValueError(f"party and client names must be distinct and none of {sorted(reserved)}: {taken or parties}")
+    client_names = list(dict.fromkeys([COORDINATOR_CLIENT, OPERATOR, *(clients or [])]))
+    servers = ["coordinator", *parties]
+    names = ["ca", *servers, *client_names]
+    if len(set(names)) != len(names):
+        raise ValueError(f"party and client names must be distinct and none of ca, coordinator, {COORDINATOR_CLIENT}, "
+                         f"{OPERATOR}: parties {parties}, clients {clients or []}")
     ca = make_ca()
     files = {"ca": ca.write(out, "ca")}
-    for name in ["coordinator", *parties]:
+    for name in servers:
         files[name] = issue(ca, name, hosts, role="server").write(out, name)
-    for name in [COORDINATOR_CLIENT, OPERATOR, *(clients or [])]:
+    for name in client_names:
         files[name] = issue(ca, name, [], role="client").write(out, name)
     return files
 
@@ -135,7 +137,7 @@ def certs(
                f"COORD_CLIENT_KEY_FILE={client_key} COORD_TLS_CERT_FILE={files['coordinator'][0]} "
                f"COORD_TLS_KEY_FILE={files['coordinator'][1]} (COORD_TLS_CLIENT_CA_FILE={ca}: require client certificates)")
     typer.echo("register:    fedrec coordinator register-party <party> https://<host>:<port> --tls-name <party>")
-    typer.echo(f"operator:    client certificate {files[OPERATOR][0]} (key {files[OPERATOR][1]}); trust {ca}")
+    typer.echo(f"operator:    fedrec ... --ca-file {ca} --cert-file {files[OPERATOR][0]} --key-file {files[OPERATOR][1]}")
 
 
 def register(app: typer.Typer) -> None:
