@@ -85,6 +85,11 @@ class PinnedTransport(httpx.BaseTransport):
             pool.close()
 
 
+def pinned(endpoint: PartyEndpoint) -> dict[str, Any]:
+    """Request extensions of a call to a party: its registered tls_name as the name TLS verifies (PinnedTransport)."""
+    return {"sni_hostname": endpoint.tls_name} if endpoint.tls_name else {}
+
+
 def party_http_client(settings: CoordinatorSettings) -> httpx.Client:
     """The one HTTP client the coordinator reaches parties with (runs and serving fan-out)."""
     return httpx.Client(transport=PinnedTransport(verify=party_tls_context(settings),
@@ -130,8 +135,7 @@ class PartyClient:
         self.timeout_s = timeout_s
         self.max_retries = max_retries
         self.backoff_s = backoff_s
-        # A pinned party: TLS checks its certificate against tls_name, not the URL's host (PinnedTransport).
-        self._tls: dict[str, Any] = {"sni_hostname": endpoint.tls_name} if endpoint.tls_name else {}
+        self._tls = pinned(endpoint)  # a pinned party: TLS checks its certificate against tls_name
 
     @property
     def party_id(self) -> str:

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from services.config import CoordinatorSettings
 from services.coordinator import registry
-from services.coordinator.client import party_path, party_tls_context
+from services.coordinator.client import party_http_client, party_path, pinned
 from services.coordinator.registry import PartyEndpoint
 from services.errors import DomainError, NotFound, PartyUnavailable, ValidationFailed, raise_for
 from services.federation.fanout import fan_out
@@ -40,7 +40,7 @@ class ServingFanout:
         self.deadline_s = settings.fanout_timeout_s
         # Erasure is a write at each party (a transaction and a WAL checkpoint), given the request timeout.
         self.erase_timeout_s = settings.request_timeout_s
-        self.http = http or httpx.Client(limits=httpx.Limits(max_connections=64), verify=party_tls_context(settings))
+        self.http = http or party_http_client(settings)  # one pool per pinned party name
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fedrec-serving")
 
     def close(self) -> None:
@@ -55,7 +55,8 @@ class ServingFanout:
         headers = {"Authorization": f"Bearer {party.token}", **({REQUEST_ID_HEADER: request_id} if request_id else {})}
         extra = {"party_id": party.party_id}
         try:
-            resp = self.http.request(method, f"{party.url}{path}", headers=headers, timeout=timeout_s, **kwargs)
+            resp = self.http.request(method, f"{party.url}{path}", headers=headers, timeout=timeout_s,
+                                     extensions=pinned(party), **kwargs)
         except httpx.TransportError as exc:
             raise PartyUnavailable(f"party {party.party_id} unavailable: {type(exc).__name__}", extra=extra) from exc
         if resp.status_code >= 500:

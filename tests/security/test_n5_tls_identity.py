@@ -17,7 +17,9 @@ from fastapi import FastAPI, Request
 from cli.certs import COORDINATOR_CLIENT, OPERATOR, federation_certs
 from cli.localfed import ADMIN, LocalTLS, coordinator_proc
 from coordinator_api.main import create_app as coordinator_app
+from services.config import CoordinatorSettings
 from services.coordinator.client import PartyClient, TrafficCounter, party_http_client
+from services.coordinator.fanout import ServingFanout
 from services.coordinator.registry import PartyEndpoint
 from services.db.session import upgrade
 from services.errors import PartyUnavailable
@@ -58,11 +60,24 @@ def impostor(request: pytest.FixtureRequest, files: Files) -> Iterator[Impostor]
         fake.server.stop()
 
 
+def _settings(files: Files) -> CoordinatorSettings:
+    return coordinator_settings("sqlite://", party_ca_file=files["ca"][0], client_cert_file=files[COORDINATOR_CLIENT][0],
+                                client_key_file=files[COORDINATOR_CLIENT][1])
+
+
 def _http(files: Files) -> httpx.Client:
     """The coordinator's HTTP client to parties, with its TLS settings."""
-    return party_http_client(coordinator_settings("sqlite://", party_ca_file=files["ca"][0],
-                                                  client_cert_file=files[COORDINATOR_CLIENT][0],
-                                                  client_key_file=files[COORDINATOR_CLIENT][1]))
+    return party_http_client(_settings(files))
+
+
+def _serve(files: Files, url: str, tls_name: str | None) -> None:
+    """The serving fan-out's own client (recommendations, predictions, erasure) calling the same party."""
+    fanout = ServingFanout(settings=_settings(files))
+    try:
+        fanout.call(PartyEndpoint("p0", url, TOKEN, "ratings", True, tls_name), "GET", "/v1/users/u1/recommendations",
+                    timeout_s=10)
+    finally:
+        fanout.close()
 
 
 def _call(files: Files, url: str, tls_name: str | None, *, http: httpx.Client | None = None,
@@ -81,6 +96,8 @@ def test_a_server_with_another_certificate_of_the_ca_gets_no_credential(files: F
     are refused in the handshake, so not one request byte, and no credential, reaches the impostor."""
     with pytest.raises(PartyUnavailable):
         _call(files, impostor.server.url, "p0")
+    with pytest.raises(PartyUnavailable):
+        _serve(files, impostor.server.url, "p0")
     assert impostor.credentials == []
 
 
@@ -97,7 +114,8 @@ def test_the_pin_is_what_refuses_a_sibling_party(files: Files, impostor: Imposto
     development certificates) when not pinned at all: the pin, not chance, kept p0's credential from it."""
     _call(files, impostor.server.url, "p1")
     _call(files, impostor.server.url, None)
-    assert impostor.credentials == [f"Bearer {TOKEN}"] * 4
+    _serve(files, impostor.server.url, "p1")
+    assert impostor.credentials == [f"Bearer {TOKEN}"] * 5
 
 
 @pytest.mark.parametrize("impostor", ["p1"], indirect=True)
