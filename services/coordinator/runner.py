@@ -35,6 +35,8 @@ from services.federation.plan import Engine
 from services.protocol.tracing import bound_request_id
 
 SPLITS = ("train", "valid", "test")
+# answers by which a party declines a run for good (its own policy, settings it refuses): no retry
+REFUSALS = ("policy_refused", "validation_failed")
 
 log = logging.getLogger("fedrec.coordinator")
 
@@ -216,6 +218,9 @@ class RunManager:
                 stage: str) -> list[str]:
         """After a set-up step failed: parties that fail their pre-flight are left out; if none does, the run
         waits and retries (within COORD_WAIT_DEADLINE_S): a slow or restarting party is not a missing one."""
+        refused = {p: why for p, why in failures.items() if why.startswith(REFUSALS)}
+        if refused:  # the party answered and will not take part (its policy, the run's settings): not a wait
+            return self._exclude(run_id, parties, refused, min_parties=min_parties, stage=stage)
         reasons = self.check(party_ids=sorted(failures))
         if any(reasons.values()):
             return self._exclude(run_id, parties, reasons, min_parties=min_parties, stage=stage)

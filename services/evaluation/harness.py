@@ -6,8 +6,8 @@ party holding every item, privacy off) and local-only (each party alone, privacy
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -17,7 +17,14 @@ from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.coordinator import CoordinatorTrainer
 from services.verfedgnn.party import PartyTrainer
 from services.verfedgnn.rounds import InProcessFederation
-from services.verfedgnn.types import MetricSums, PartyData, RatingTriples, RoundMetrics, rmse_mae
+from services.verfedgnn.types import (
+    SPLITS,
+    MetricSums,
+    PartyData,
+    RatingTriples,
+    RoundMetrics,
+    rmse_mae,
+)
 
 PROTOCOLS = ("centralized", "federated", "local")
 RoundCallback = Callable[[str, RoundMetrics], None]
@@ -128,6 +135,20 @@ def train_rounds(run_round: Callable[[int], RoundMetrics], *, config: TrainConfi
     return best
 
 
+def own_metrics(m: RoundMetrics, trainers: Mapping[str, PartyTrainer]) -> RoundMetrics:
+    """`m` with per-party figures each party computes on its own ratings (a masked round sends only sums)."""
+    if m.per_party:
+        return m
+    rows = {}
+    for p in m.participants:
+        sums = trainers[p].last_metrics
+        row = {}
+        for split in SPLITS:
+            row[f"{split}_rmse"], row[f"{split}_mae"] = rmse_mae([sums.get(split, MetricSums())])
+        rows[p] = row
+    return replace(m, per_party=rows)
+
+
 def train_federation(parties: Sequence[PartyData], *, config: TrainConfig, global_mean: float, protocol: str,
                      on_round: RoundCallback | None = None) -> RunResult:
     """Train VerFedGNN in-process with early stopping on the validation RMSE (`train_rounds`)."""
@@ -135,7 +156,9 @@ def train_federation(parties: Sequence[PartyData], *, config: TrainConfig, globa
                                item_counts={p.party_id: p.n_items for p in parties}, global_mean=global_mean)
     trainers = {p.party_id: PartyTrainer(config=config, data=p, seed=config.seed) for p in parties}
     fed = InProcessFederation(coordinator=coord, parties=trainers)
-    return train_rounds(fed.run_round, config=config, protocol=protocol, on_round=on_round)
+    # the round aggregates sums only: each party's figures come from its own sums (an experiment's view)
+    return train_rounds(lambda t: own_metrics(fed.run_round(t), trainers), config=config, protocol=protocol,
+                        on_round=on_round)
 
 
 def run_protocol(fed: Federation, *, protocol: str, config: TrainConfig,

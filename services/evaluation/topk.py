@@ -7,25 +7,22 @@ order). "Training" for the candidate rule is train ∪ validation (SPEC §5: wha
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from models.scoring import serving_scores
 from services.evaluation import ranking
-from services.evaluation.harness import RoundCallback, RunResult, train_rounds
+from services.evaluation.harness import RoundCallback, RunResult, own_metrics, train_rounds
 from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.coordinator import CoordinatorTrainer
 from services.verfedgnn.party import PartyTrainer
 from services.verfedgnn.reference import build_federation
 from services.verfedgnn.rounds import InProcessFederation
 from services.verfedgnn.types import (
-    SPLITS,
-    MetricSums,
     PartyData,
     RatingTriples,
     RoundMetrics,
-    rmse_mae,
 )
 
 ServingArrays = Mapping[str, np.ndarray]  # PartyTrainer.serving_model()
@@ -131,20 +128,6 @@ class RankedRun:
     def scores(self) -> dict[str, np.ndarray]:
         """Each party's (N, M_p) ranking scores."""
         return {p: party_scores(m) for p, m in self.models.items()}
-
-
-def own_metrics(m: RoundMetrics, trainers: Mapping[str, PartyTrainer]) -> RoundMetrics:
-    """`m` with per-party figures each party computes on its own ratings (a masked round sends only sums)."""
-    if m.per_party:
-        return m
-    rows = {}
-    for p in m.participants:
-        sums = trainers[p].last_metrics
-        row = {}
-        for split in SPLITS:
-            row[f"{split}_rmse"], row[f"{split}_mae"] = rmse_mae([sums.get(split, MetricSums())])
-        rows[p] = row
-    return replace(m, per_party=rows)
 
 
 def train_ranked(parties: Mapping[str, PartyData], *, config: TrainConfig, protocol: str,

@@ -18,6 +18,7 @@ from services.errors import (
     ProtocolError,
     ValidationFailed,
 )
+from services.federation.links import Step
 from services.federation.messages import ConfigureRequest
 from tests.support.party import COORDINATOR, Party
 
@@ -40,7 +41,7 @@ def client(party: Party) -> Iterator[PartyClient]:
 
 def test_a_party_404_is_not_found(client: PartyClient) -> None:
     with pytest.raises(NotFound) as caught:
-        client.finish(run_id="ghost", round_index=0, attempt=0)
+        client.step(run_id="ghost", step=Step("finish", 0, 0), message={})
     err = caught.value
     assert err.http_status == 404 and "ghost" in err.detail
     assert err.extra["field"] == "run_id" and err.extra["party_id"] == "p1"

@@ -22,16 +22,16 @@ def _cancel(fed: Federation, run_id: str) -> None:
 def test_parties_refuse_runs_beyond_their_dp_limits(tmp_path: Path) -> None:
     # ~800 ratings per party over 60 users x ~45 items: at ε = 8 about 800 ratings are released
     with federation(tmp_path, n_parties=2, party={"dp_min_epsilon": 4.0, "dp_max_released": 500}) as fed:
-        # The coordinator's run stops at configuration with each party's reason (it pauses: runner policy).
+        # The coordinator's run ends failed at configuration with each party's reason (a refusal is not retried).
         low = fed.client.create_run(rounds=1, min_parties=2, seed=0, config={**TINY_CONFIG, "dp_epsilon": 2})
-        status = fed.client.wait(low["run_id"], until=("paused", "failed"), timeout=120)
+        status = fed.client.wait(low["run_id"], timeout=120)
+        assert status["state"] == "failed", status
         assert "below this party's minimum 4 (PARTY_DP_MIN_EPSILON)" in status["detail"], status["detail"]
-        _cancel(fed, low["run_id"])
 
         many = fed.client.create_run(rounds=1, min_parties=2, seed=0, config={**TINY_CONFIG, "dp_epsilon": 8})
-        status = fed.client.wait(many["run_id"], until=("paused", "failed"), timeout=120)
+        status = fed.client.wait(many["run_id"], timeout=120)
+        assert status["state"] == "failed", status
         assert "over this party's maximum 500 (PARTY_DP_MAX_RELEASED)" in status["detail"], status["detail"]
-        _cancel(fed, many["run_id"])
 
         # The party's own answer (the run is aligned, so only the policy stands in the way): 403 naming the field.
         answer = fed.http.post(f"{fed.parties['p0'].url}/v1/federation/runs/{many['run_id']}/configure",
