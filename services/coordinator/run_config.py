@@ -63,12 +63,15 @@ def engine_config(config: Mapping[str, Any], *, seed: int, rounds: int) -> Engin
     return engine
 
 
+ENGINE_ONLY = {"seed", "rounds", "projection_seed"}  # the run's own, or agreed among the parties at set-up
+
+
 def stored_settings(engine: EngineConfig) -> dict[str, Any]:
     """Every setting of an engine config, as a run stores it (its seed and rounds are the run's own)."""
     if isinstance(engine, FedPerGNNConfig):
         return {"protocol": "fedpergnn", **engine.model_dump(exclude={"train"}),
-                "train": engine.train.model_dump(exclude={"seed", "rounds"})}
-    return {"protocol": "verfedgnn", **engine.model_dump(exclude={"seed", "rounds"})}
+                "train": engine.train.model_dump(exclude=ENGINE_ONLY)}
+    return {"protocol": "verfedgnn", **engine.model_dump(exclude=ENGINE_ONLY)}
 
 
 def check_privacy(engine: EngineConfig) -> None:

@@ -263,7 +263,7 @@ class RunManager:
     def _prepare(self, run_id: str, party_ids: list[str], protocol: str, config: Any, n_users: int,
                  counter: TrafficCounter, *, min_parties: int) -> tuple[Engine, list[str]]:
         """Configure + start every party, build the protocol's engine, restore the newest checkpoint."""
-        settings = {"protocol": protocol, **config.model_dump(exclude={"seed", "rounds"})}
+        settings = {"protocol": protocol, **config.model_dump(exclude={"seed", "rounds", "projection_seed"})}
         request = ConfigureRequest(run_id=run_id, config=settings, seed=run_seed(config))
         while True:
             self._check(run_id)

@@ -92,6 +92,8 @@ class TrainConfig(VerFedGNNSettings):
 
     rounds: int = Field(200, ge=1, le=100_000, description="at most this many rounds")
     seed: int = Field(0, ge=0, description="run seed: public-parameter initialisation, participant draws, Φ")
+    projection_seed: int | None = Field(None, ge=0, description="Φ's seed when the parties agreed one (secure "
+                                        "set-up; the coordinator cannot compute it); None: Φ from the run seed")
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
@@ -203,9 +205,13 @@ def model_config(config: TrainConfig) -> VerFedGNNConfig:
                            rank_dims=config.rank_dims, rank_bias=config.rank_weight > 0)
 
 
+PHI_TAG = 7919  # separates Φ's stream from the other streams drawn from the same seed
+
+
 def shared_projection(config: TrainConfig, n_users: int) -> ProjectionSpec:
-    """The projection every participant regenerates from the run seed."""
-    return projection_spec(seed=config.seed + 7919, n=n_users, ratio=config.q_ratio,
+    """The projection every participant regenerates: from the parties' agreed seed, else from the run seed."""
+    base = config.projection_seed if config.projection_seed is not None else config.seed
+    return projection_spec(seed=base + PHI_TAG, n=n_users, ratio=config.q_ratio,
                            kind=config.projection_kind, nnz_per_column=config.nnz_per_column)
 
 

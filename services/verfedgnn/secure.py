@@ -35,8 +35,8 @@ def party_seeds(secagg: SecAggParty, *, run_seed: int, sealed: Mapping[str, str]
 
 
 def seeded_trainer(*, config: TrainConfig, data: PartyData, seeds: PartySeeds) -> PartyTrainer:
-    """A PartyTrainer whose Φ and private initialisation the coordinator cannot reproduce."""
-    return PartyTrainer(config=config.model_copy(update={"seed": seeds.projection_seed}), data=data,
+    """A PartyTrainer whose Φ (the agreed seed) and private initialisation (its own seed) the coordinator lacks."""
+    return PartyTrainer(config=config.model_copy(update={"projection_seed": seeds.projection_seed}), data=data,
                         seed=config.seed, local_seed=seeds.local_seed)
 
 

@@ -25,7 +25,8 @@ from tests.support.servers import LiveServer
 
 # The engine's own defaults spelled out (a run's unset settings come from its preset, tuned-ranking by
 # default), secure aggregation left to the coordinator's default (on), and a tiny model.
-ENGINE_DEFAULTS: dict[str, Any] = TrainConfig().model_dump(exclude={"seed", "rounds", "secure_aggregation"})
+ENGINE_DEFAULTS: dict[str, Any] = TrainConfig().model_dump(exclude={"seed", "rounds", "secure_aggregation",
+                                                                     "projection_seed"})
 TINY_CONFIG: dict[str, Any] = {**ENGINE_DEFAULTS, "dim": 4, "layers": 2, "q_ratio": 0.3}
 
 
