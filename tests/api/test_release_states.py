@@ -45,7 +45,7 @@ def world(database_url: str) -> Iterator[tuple[sessionmaker[Session], dict[str, 
         for p in parties:
             registry.register(session=s, party_id=p, url=f"http://{p}:1", token="t")
     pool = ThreadPoolExecutor(4)
-    clients: Any = lambda ids: {p: parties[p] for p in ids}  # noqa: E731
+    clients: Any = lambda ids: {p: parties[p] for p in ids}
     try:
         yield sessions, parties, Releases(sessions=sessions, clients=clients, pool=pool, tolerance=0.005,
                                           lock=threading.Lock())

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
-from cli.localfed import ADMIN, API_KEY, COORD_TOKEN
+from cli.localfed import ADMIN, API_KEY, COORD_TOKEN, party_proc
 from services.protocol import PROTOCOL_VERSION
 from tests.support.federation import TINY_CONFIG, Federation, federation
 
@@ -116,3 +118,24 @@ def test_release_api_errors(fed: Federation) -> None:
     assert missing.status_code == 404 and "release-99" in missing.json()["detail"]
     bad = _activate(fed, "release-1", force="maybe")
     assert bad.status_code == 422 and "force" in bad.text
+
+
+def test_activation_reaches_every_worker_process(fed: Federation) -> None:
+    """A second p0 service (two worker processes) over p0's database switches release within seconds."""
+    proc = party_proc("p0", fed.root, extra_env={"PARTY_WORKERS": "2", "PARTY_SERVING_REFRESH_S": "0.2"}).start()
+    try:
+        def served() -> set[str]:
+            # Fresh connections, so the kernel spreads them over both workers.
+            return {httpx.get(f"{proc.url}/v1/users/{_user(fed)}/recommendations", headers=KEY,
+                              timeout=10).json()["release_id"] for _ in range(24)}
+
+        active = next(r for r, row in _releases(fed).items() if row["state"] == "active")
+        other = next(r for r, row in _releases(fed).items() if row["state"] == "retired")
+        assert served() == {active}
+        assert _activate(fed, other).status_code == 200
+        deadline = time.monotonic() + 5.0
+        while (seen := served()) != {other}:
+            assert time.monotonic() < deadline, f"workers still serve {seen} 5 s after activating {other}"
+            time.sleep(0.1)
+    finally:
+        proc.stop()
