@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
 from cli.localfed import ADMIN, API_KEY, COORD_TOKEN, party_proc
+from cli.main import app
 from services.protocol import PROTOCOL_VERSION
 from tests.support.federation import TINY_CONFIG, Federation, federation
 
@@ -18,10 +21,27 @@ ADMIN_H = {"Authorization": f"Bearer {ADMIN}"}
 AS_COORDINATOR = {"Authorization": f"Bearer {COORD_TOKEN}", "X-Fedrec-Protocol": PROTOCOL_VERSION}
 
 
+FAIL_PUBLISH: set[str] = set()  # parties whose publish call answers 503 (as a party going down then would)
+
+
+class PublishFault:
+    """ASGI wrapper: a party in FAIL_PUBLISH answers its publish step with 503."""
+
+    def __init__(self, party_id: str, app: Any) -> None:
+        self.party_id, self.app = party_id, app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and self.party_id in FAIL_PUBLISH and scope["path"].endswith("/publish"):
+            await send({"type": "http.response.start", "status": 503, "headers": []})
+            await send({"type": "http.response.body", "body": b"down"})
+            return
+        await self.app(scope, receive, send)
+
+
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
     """Three live parties and a coordinator (parties re-read the database every 0.2 s)."""
-    with federation(tmp_path_factory.mktemp("rel"), party={"serving_refresh_s": 0.2}) as f:
+    with federation(tmp_path_factory.mktemp("rel"), party={"serving_refresh_s": 0.2}, wrap=PublishFault) as f:
         yield f
 
 
@@ -139,3 +159,38 @@ def test_activation_reaches_every_worker_process(fed: Federation) -> None:
             time.sleep(0.1)
     finally:
         proc.stop()
+
+
+def test_release_cli(fed: Federation) -> None:
+    def cli(*args: str, token: str = ADMIN) -> tuple[int, str]:
+        result = CliRunner().invoke(app, ["release", *args, "--url", fed.coordinator.url, "--token", token])
+        return result.exit_code, result.output
+
+    listed = _releases(fed)
+    active = next(r for r, row in listed.items() if row["state"] == "active")
+    code, output = cli("list")
+    assert code == 0 and all(r in output for r in listed) and "active" in output and "retired" in output, output
+    code, output = cli("show", active)
+    assert code == 0 and json.loads(output)["release_id"] == active
+    code, output = cli("activate", active)
+    assert code == 0 and f"release {active}: active" in output, output
+    code, output = cli("activate", "release-99")
+    assert code == 1 and len(output.strip().splitlines()) == 1 and "release-99" in output, output
+    code, output = cli("list", token="wrong-token-value")
+    assert code == 1 and "Traceback" not in output and "wrong-token-value" not in output, output
+
+
+def test_a_party_failing_publish_leaves_the_release_staged(fed: Federation) -> None:
+    before = _answers(fed)
+    active = before["coordinator"]["release_id"]
+    FAIL_PUBLISH.add("p2")
+    try:
+        status = _run(fed, rounds=6, seed=5)
+    finally:
+        FAIL_PUBLISH.clear()
+    new = next(r for r in _releases(fed).values() if r["run_id"] == status["run_id"])
+    assert new["state"] == "staged" and sorted(new["staged"]) == ["p0", "p1"], new
+    assert "not staged at p2" in new["reason"] and "not staged at p2" in status["detail"]
+    assert _answers(fed) == before and {a["release_id"] for a in before.values()} == {active}
+    refused = _activate(fed, new["release_id"], force=True)
+    assert refused.status_code == 409 and "not staged at p2" in refused.json()["detail"], refused.text
