@@ -383,7 +383,7 @@ class RunManager:
             else "no test ratings labelled at the parties (fedrec party evaluation-split FILE)")
         if run.rounds_done < run.rounds_total:
             detail += " (stopped early: no validation improvement)"
-        detail += f"; {release.release_id} {'active' if release.state == ACTIVE else release.state}"
+        detail += f"; {release.release_id} {release.state}"
         if release.state != ACTIVE:
             detail += f": {release.reason}"
         self._set(run_id, runs.COMPLETED, detail)
