@@ -164,20 +164,17 @@ def activate(*, session: Session, release_id: str) -> int:
 
 
 def served(*, session: Session) -> tuple[int, str | None] | None:
-    """(artifact version, release id) serving answers from: the active release's model, else the newest."""
+    """(artifact version, release id) serving answers from: the active release's model, else the newest model
+    published without a release (None: nothing to serve)."""
     release_id = _get(session, ACTIVE_RELEASE_KEY)
     if release_id is not None:
         version = _get(session, STAGED_PREFIX + str(release_id))
         if version is not None:
             return int(version), str(release_id)
-    latest = latest_version(session=session)
-    return None if latest is None else (latest, None)
-
-
-def latest_version(*, session: Session) -> int | None:
-    """Version of the newest stored serving model, staged or not (None before the first)."""
-    version = session.scalar(select(func.max(ModelArtifact.version)).where(ModelArtifact.name == ARTIFACT_NAME))
-    return None if version is None else int(version)
+    # Never a staged model: before any activation, only a model published without a release serves.
+    rows = session.execute(select(ModelArtifact.version, ModelArtifact.meta).where(ModelArtifact.name == ARTIFACT_NAME)
+                           .order_by(ModelArtifact.version.desc()))
+    return next(((int(v), None) for v, meta in rows if not (meta or {}).get("release_id")), None)
 
 
 def _get(session: Session, key: str) -> Any:
