@@ -120,16 +120,19 @@ class Releases:
 
     def activate(self, *, release_id: str, force: bool = False, automatic: bool = False) -> ReleaseRow:
         """Serve a release at every party of its run; a retired one is a rollback (no gate), a staged one
-        passes the gate unless forced. 409 with the reason when it may not; 502 when a party did not switch."""
+        passes the gate unless forced, the active one is sent again. 409 with the reason when it may not;
+        502 when a party did not switch."""
         with self.lock:
             with self.sessions() as session:
                 row = get(session=session, release_id=release_id)
                 current = active(session=session)
                 previous = None if current is None else current.release_id
-                if row.state == ACTIVE:
-                    return self.read(release_id)
-                self._check(session, row, current, force=force)
-                parties, rollback = list(row.party_ids), row.state == RETIRED
+                parties, rollback, again = list(row.party_ids), row.state == RETIRED, row.state == ACTIVE
+                if not again:
+                    self._check(session, row, current, force=force)
+            if again:  # already active: told again, so a party that missed it (or was switched) follows
+                self._switch(release_id, parties, None)
+                return self.read(release_id)
             self._switch(release_id, parties, previous)
             with self.sessions() as session:
                 if previous is not None:

@@ -128,8 +128,11 @@ def test_fan_out_never_merges_another_release(fed: Federation) -> None:
                                 headers=AS_COORDINATOR)
         assert missing.status_code == 404 and "nope" in missing.json()["detail"]
     finally:
-        fed.http.post(f"{p0}/v1/federation/releases/{active}/activate",
-                      headers=AS_COORDINATOR)
+        # Activating the active release again tells every party again: p0 follows.
+        assert _activate(fed, active).status_code == 200
+    merged = fed.http.get(f"{fed.coordinator.url}/v1/users/{_user(fed)}/recommendations",
+                          params={"k": 8}, headers=KEY).json()
+    assert merged["unavailable"] == {} and merged["release_id"] == active, merged
 
 
 def test_release_api_errors(fed: Federation) -> None:
