@@ -34,6 +34,7 @@ def get_release(release_id: NamePath, session: SessionDep) -> ReleaseRead:
 
 @router.post("/{release_id}/activate", response_model=ReleaseRead, openapi_extra=body_class("small"))
 def activate_release(release_id: NamePath, manager: ManagerDep, body: ReleaseActivate | None = None) -> ReleaseRead:
-    """Serve a release at every party of its run: a staged one passes the promotion gate unless `force`;
-    a retired one is a rollback (409 with the reason when refused, 502 when a party did not switch)."""
+    """Serve a release at every party of its run: a staged one passes the promotion gate unless `force`,
+    a retired one is a rollback, the active one is sent again (409 with the reason when refused, 502 when
+    a party did not switch)."""
     return _read(manager.releases().activate(release_id=release_id, force=bool(body and body.force)))
