@@ -1,7 +1,7 @@
 """Releases: the serving model of each completed run, its pooled validation figures and its state.
 
-Revision ID: c0003
-Revises: c0002
+Revision ID: c0004
+Revises: c0003
 Create Date: 2026-11-26
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "c0003"
-down_revision = "c0002"
+revision = "c0004"
+down_revision = "c0003"
 branch_labels = None
 depends_on = None
 
