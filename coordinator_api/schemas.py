@@ -163,6 +163,8 @@ class MergedRecommendations(BaseModel):
     unavailable: dict[str, str]
     partial: bool = Field(description="true when some enabled party is in `unavailable`: the items are the "
                                       "merge of the parties that answered")
+    release_id: str | None = Field(None, description="the active release every merged answer came from (a party "
+                                                     "serving another is in `unavailable` as release_mismatch)")
 
 
 class PairIn(BaseModel):
@@ -204,6 +206,8 @@ class MergedPredictions(BaseModel):
     predictions: list[MergedPrediction]
     unavailable: dict[str, str] = Field(description="party id -> error code, for each party asked that did not answer")
     partial: bool = Field(description="true when some pair's party is in `unavailable`")
+    release_id: str | None = Field(None, description="the active release every prediction came from (a party "
+                                                     "serving another is in `unavailable` as release_mismatch)")
 
 
 class PartyErasure(BaseModel):
@@ -223,3 +227,27 @@ class FederatedErasure(BaseModel):
     parties: dict[str, PartyErasure]
     complete: bool = Field(description="true when no party is `unavailable`: none of them holds the user any more; "
                                        "false: send the same request again once those parties are back")
+
+
+class ReleaseRead(BaseModel):
+    """A release: the serving model of a completed run, its pooled validation figures and its state."""
+
+    release_id: str
+    run_id: str
+    round_index: int = Field(description="the round whose model the parties stored")
+    valid_rmse: float | None = Field(description="pooled validation RMSE of that round (what the gate compares)")
+    metrics: dict[str, float] = Field(description="that round's pooled metrics")
+    state: Literal["staged", "active", "retired", "failed"]
+    reason: str
+    party_ids: list[str]
+    staged: list[str] = Field(description="parties that stored the model under this release")
+    created_at: datetime
+    activated_at: datetime | None
+    updated_at: datetime
+
+
+class ReleaseActivate(BaseModel):
+    """Activate a release; `force` overrides the promotion gate (a retired release needs none)."""
+
+    model_config = ConfigDict(extra="forbid")
+    force: bool = False

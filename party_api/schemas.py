@@ -15,7 +15,7 @@ from pydantic import (
     WithJsonSchema,
 )
 
-from services.protocol.ids import EXTERNAL_ID_MAX, IdStr, checked_id
+from services.protocol.ids import EXTERNAL_ID_MAX, NAME_PATTERN, IdStr, checked_id
 
 # Every id goes through the one validation (services.protocol.ids): length, control characters, unicode.
 ExternalId = Annotated[StrictStr | StrictInt, AfterValidator(checked_id)]
@@ -209,6 +209,9 @@ class PublishRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     round_index: int = Field(ge=0)
+    release_id: str | None = Field(None, pattern=NAME_PATTERN,
+                                   description="stage the model under this coordinator release (served once "
+                                               "activated); unset: serve it at once")
 
 
 class PublishResponse(BaseModel):
@@ -277,6 +280,8 @@ class PredictionResponse(BaseModel):
     predictions: list[PredictionOut]
     skipped: list[SkippedPair] = Field(default_factory=list,
                                        description="pairs with an id this party does not know (`unknown=skip` only)")
+    release_id: str | None = Field(None, description="the coordinator release answering (null: a model published "
+                                                     "without one)")
 
 
 class RecommendedItem(BaseModel):
@@ -294,3 +299,11 @@ class RecommendationResponse(BaseModel):
     fallback: str | None
     model_version: int
     run_id: str
+    release_id: str | None = Field(description="the coordinator release answering (null: a model published without one)")
+
+
+class ReleaseActivated(BaseModel):
+    """The release this party serves from now on and the version of its model."""
+
+    release_id: str
+    version: int

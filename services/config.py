@@ -216,6 +216,9 @@ class CoordinatorSettings(GuardSettings):
     party_ca_file: Path | None = None
     client_cert_file: Path | None = None
     client_key_file: Path | None = None
+    # Promotion gate: a run's release becomes active only if its pooled validation RMSE is at most the
+    # active release's plus this (else it stays staged with both figures; an admin may force it).
+    release_tolerance: float = Field(0.005, ge=0.0)
 
     @model_validator(mode="after")
     def _secrets(self) -> CoordinatorSettings:

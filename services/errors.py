@@ -38,6 +38,12 @@ class Conflict(DomainError):
     http_status = 409
 
 
+class ReleaseMismatch(Conflict):
+    """A party serves another release than the one the caller expects."""
+
+    code = "release_mismatch"
+
+
 class ValidationFailed(DomainError):
     """Input is malformed; `extra` names the row/field and the reason."""
 
@@ -82,7 +88,7 @@ class PartyUnavailable(DomainError):
 # Every error class a peer may name in its body's "code"; the most specific class wins.
 _BY_CODE: dict[str, type[DomainError]] = {
     cls.code: cls
-    for cls in (NotFound, Conflict, ValidationFailed, ProtocolError, CryptoError, PrivacyBudgetExhausted,
+    for cls in (NotFound, Conflict, ReleaseMismatch, ValidationFailed, ProtocolError, CryptoError, PrivacyBudgetExhausted,
                 PolicyRefused, PartyUnavailable)
 }
 # When the body names no known code, the status decides.

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from coordinator_api.routes import dashboard, health, parties, recommendations, runs, users
+from coordinator_api.routes import (
+                            dashboard,
+                            health,
+                            parties,
+                            recommendations,
+                            releases,
+                            runs,
+                            users,
+)
 
 ROUTERS: list[APIRouter] = [health.router, parties.router, runs.router, recommendations.router,
-                            recommendations.predictions_router, users.router, dashboard.router]
+                            recommendations.predictions_router, users.router, releases.router,
+                            dashboard.router]

@@ -16,6 +16,7 @@ from party_api.schemas import (
     PsiFinishResponse,
     PublishRequest,
     PublishResponse,
+    ReleaseActivated,
     SplitRequest,
     SplitResponse,
 )
@@ -30,7 +31,7 @@ from services.federation.messages import (
     StartResponse,
 )
 from services.federation import registry
-from services.party import catalog, fed_store
+from services.party import catalog, fed_store, serving
 from services.protocol import PROTOCOL_VERSION
 from services.protocol.federation import FEDERATION_MEDIA_TYPE
 
@@ -117,10 +118,19 @@ async def round_step(run_id: NamePath, round_index: RoundPath, step: StepName, a
 
 @router.post("/runs/{run_id}/publish", response_model=PublishResponse, openapi_extra=SMALL)
 def publish(run_id: NamePath, body: PublishRequest, fed: FedDep, cache: CacheDep) -> PublishResponse:
-    """Store the serving model of the run."""
-    version = fed.publish(run_id=run_id, round_index=body.round_index)
-    cache.refresh()  # this process serves the new model from the answer on
+    """Store the serving model of the run: served at once, or staged under `release_id` until activated."""
+    version = fed.publish(run_id=run_id, round_index=body.round_index, release_id=body.release_id)
+    if body.release_id is None:
+        cache.refresh()  # this process serves the new model from the answer on
     return PublishResponse(version=version)
+
+
+@router.post("/releases/{release_id}/activate", response_model=ReleaseActivated)
+def activate_release(release_id: NamePath, session: SessionDep, cache: CacheDep) -> ReleaseActivated:
+    """Serve the model staged under a coordinator release (404 when it was not staged here)."""
+    version = serving.activate(session=session, release_id=release_id)
+    cache.refresh()  # this process at once; the others at their next poll (PARTY_SERVING_REFRESH_S)
+    return ReleaseActivated(release_id=release_id, version=version)
 
 
 admin_router = APIRouter(prefix="/v1/evaluation-split", tags=["evaluation"], dependencies=[AdminDep],

@@ -15,10 +15,30 @@ from api_common.errors import error_responses
 from api_common.params import IdPath
 from party_api.deps import CacheDep, ServingCallerDep
 from party_api.schemas import PredictionRequest, PredictionResponse, RecommendationResponse
+from services.errors import ReleaseMismatch
 from services.party import serving
+from services.party.serving_cache import ModelCache
 
 router = APIRouter(prefix="/v1", tags=["serving"], dependencies=[ServingCallerDep],
                    responses=error_responses(401, 403, 404, 409, 422))
+
+
+ReleaseQuery = Annotated[str | None, Query(
+    pattern=r"^[A-Za-z0-9_.-]{1,64}$",
+    description="the release the caller expects (the coordinator's fan-out): 409 release_mismatch when this "
+                "party serves another")]
+
+
+def _snapshot(cache: ModelCache, release: str | None) -> serving.Snapshot:
+    """The snapshot to answer from; with an expected release, the current one and a 409 if it differs."""
+    snap = cache.get()
+    if release is None or snap.release_id == release:
+        return snap
+    snap = cache.current()
+    if snap.release_id != release:
+        raise ReleaseMismatch(f"this party serves release {snap.release_id!r}, not {release!r}",
+                              extra={"release_id": snap.release_id})
+    return snap
 
 
 UnknownQuery = Annotated[Literal["error", "skip"], Query(
@@ -26,16 +46,22 @@ UnknownQuery = Annotated[Literal["error", "skip"], Query(
 
 
 @router.post("/predictions", response_model=PredictionResponse)
-async def predict(body: PredictionRequest, cache: CacheDep, unknown: UnknownQuery = "error") -> dict[str, Any]:
-    """Predicted ratings for a batch of (user, item) pairs from the latest completed model."""
+async def predict(body: PredictionRequest, cache: CacheDep, unknown: UnknownQuery = "error",
+                  release: ReleaseQuery = None) -> dict[str, Any]:
+    """Predicted ratings for a batch of (user, item) pairs from the served model (the active release's)."""
     pairs = [(p.user_id, p.item_id) for p in body.pairs]
-    if unknown == "skip":
-        return await cache.run(lambda: serving.predict_known(snapshot=cache.get(), pairs=pairs))
-    return {"predictions": await cache.run(lambda: serving.predict(snapshot=cache.get(), pairs=pairs))}
+
+    def work() -> dict[str, Any]:
+        snap = _snapshot(cache, release)
+        if unknown == "skip":
+            return serving.predict_known(snapshot=snap, pairs=pairs)
+        return {"predictions": serving.predict(snapshot=snap, pairs=pairs), "release_id": snap.release_id}
+    return await cache.run(work)
 
 
 @router.get("/users/{user_id}/recommendations", response_model=RecommendationResponse)
 async def recommend(user_id: IdPath, cache: CacheDep,
-                    k: Annotated[int, Query(ge=1, le=serving.MAX_K)] = 10) -> dict[str, Any]:
+                    k: Annotated[int, Query(ge=1, le=serving.MAX_K)] = 10,
+                    release: ReleaseQuery = None) -> dict[str, Any]:
     """Top-k unrated items of this party's catalogue for a user."""
-    return await cache.run(lambda: serving.recommend(snapshot=cache.get(), user_id=user_id, k=k))
+    return await cache.run(lambda: serving.recommend(snapshot=_snapshot(cache, release), user_id=user_id, k=k))

@@ -260,6 +260,16 @@ class PartyClient:
         """Store the run's serving model at the party; returns its version."""
         return int(self.post_json(self._run_path(run_id, "publish"), {"round_index": round_index})["version"])
 
+    def stage(self, *, run_id: str, round_index: int, release_id: str) -> int:
+        """Store the run's serving model at the party under a release, not served yet; returns its version."""
+        body = {"round_index": round_index, "release_id": release_id}
+        return int(self.post_json(self._run_path(run_id, "publish"), body)["version"])
+
+    def activate_release(self, *, release_id: str) -> int:
+        """Make the party serve the model staged under a release; returns that model's version."""
+        path = party_path("v1", "federation", "releases", release_id, "activate")
+        return int(self.post_json(path, {})["version"])
+
 
 class HttpLink:
     """A `Link` over HTTP: one party's federation API, for one run (every protocol's steps)."""

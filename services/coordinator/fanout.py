@@ -16,15 +16,35 @@ import httpx
 from sqlalchemy.orm import Session
 
 from services.config import CoordinatorSettings
-from services.coordinator import registry
+from services.coordinator import registry, releases
 from services.coordinator.client import party_http_client, party_path, pinned
 from services.coordinator.registry import PartyEndpoint
-from services.errors import DomainError, NotFound, PartyUnavailable, ValidationFailed, raise_for
+from services.errors import (
+    DomainError,
+    NotFound,
+    PartyUnavailable,
+    ReleaseMismatch,
+    ValidationFailed,
+    raise_for,
+)
 from services.federation.fanout import fan_out
 from services.protocol.tracing import REQUEST_ID_HEADER, current_request_id
 
 T = TypeVar("T")
 DISABLED = "party_disabled"  # the reason given for a registered party that is switched off
+
+
+def _active_release(session: Session) -> str | None:
+    """The active release: every party is asked for it (None before the first release: whatever it serves)."""
+    row = releases.active(session=session)
+    return None if row is None else row.release_id
+
+
+def _check_release(body: dict[str, Any], release_id: str | None) -> dict[str, Any]:
+    """A party's answer, refused as a mismatch when it comes from another release than the one asked for."""
+    if release_id is not None and body.get("release_id") != release_id:
+        raise ReleaseMismatch(f"answered from release {body.get('release_id')!r}, not {release_id!r}")
+    return body
 
 
 def _code(reason: str) -> str:
@@ -74,14 +94,17 @@ class ServingFanout:
     def recommendations(self, *, session: Session, user_id: str, k: int) -> dict[str, Any]:
         """Top-k over all enabled parties; 404 when no party knows the user, 502 when none could answer.
 
-        Whoever answered within the deadline is merged; the others are listed in "unavailable" and the
-        answer is flagged "partial" when that list is not empty.
+        Whoever answered within the deadline from the active release is merged; the others are listed in
+        "unavailable" (release_mismatch: it serves another release) and the answer is flagged "partial".
         """
+        release_id = _active_release(session)
+        params: dict[str, Any] = {"k": k, **({"release": release_id} if release_id else {})}
+
         def one(party: PartyEndpoint) -> dict[str, Any] | str | None:
             """The party's top-k; None when it does not know the user; a code when it refused."""
             try:
-                return self.call(party, "GET", party_path("v1", "users", user_id, "recommendations"),
-                                 timeout_s=self.deadline_s, params={"k": k})
+                return _check_release(self.call(party, "GET", party_path("v1", "users", user_id, "recommendations"),
+                                                timeout_s=self.deadline_s, params=params), release_id)
             except NotFound:
                 return None
             except PartyUnavailable:
@@ -90,7 +113,7 @@ class ServingFanout:
                 return exc.code
 
         answers, failures = self.ask(_enabled(session), one)
-        return merge_recommendations(answers, failures, user_id=user_id, k=k)
+        return {**merge_recommendations(answers, failures, user_id=user_id, k=k), "release_id": release_id}
 
     def predictions(self, *, session: Session, pairs: list[tuple[str, str, str]]) -> dict[str, Any]:
         """Predicted ratings of (user, item, party) triples, each pair asked of the party it names only."""
@@ -102,12 +125,14 @@ class ServingFanout:
                 raise ValidationFailed(f"pair {r + 1}: party {pid!r} is not registered",
                                        extra={"field": "party_id", "row": r + 1})
             rows.setdefault(pid, []).append(r)
+        release_id = _active_release(session)
+        params = {"unknown": "skip", **({"release": release_id} if release_id else {})}
 
         def one(party: PartyEndpoint) -> dict[str, Any] | str:
             body = {"pairs": [{"user_id": pairs[r][0], "item_id": pairs[r][1]} for r in rows[party.party_id]]}
             try:
-                return self.call(party, "POST", "/v1/predictions", timeout_s=self.deadline_s,
-                                 params={"unknown": "skip"}, json=body)
+                return _check_release(self.call(party, "POST", "/v1/predictions", timeout_s=self.deadline_s,
+                                                params=params, json=body), release_id)
             except PartyUnavailable:
                 raise
             except DomainError as exc:
@@ -116,7 +141,7 @@ class ServingFanout:
         asked = {pid: parties[pid] for pid in rows if parties[pid].enabled}
         answers, failures = self.ask(asked, one)
         failures |= {pid: DISABLED for pid in rows if not parties[pid].enabled}
-        return merge_predictions(pairs, rows, answers, failures)
+        return {**merge_predictions(pairs, rows, answers, failures), "release_id": release_id}
 
     def erase_user(self, *, session: Session, user_id: str) -> dict[str, Any]:
         """Erase a user at every enabled party (its DELETE /v1/users/{id}); the outcome per registered party."""

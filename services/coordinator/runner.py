@@ -20,6 +20,7 @@ from services.coordinator import runs
 from services.coordinator.client import HttpLink, PartyClient, TrafficCounter
 from services.coordinator.preflight import check_parties
 from services.coordinator.psi import align_users
+from services.coordinator.releases import ACTIVE, Releases
 from services.errors import DomainError, PartyUnavailable, ValidationFailed
 from services.federation import registry
 from services.federation.aggregation import aggregation
@@ -106,6 +107,12 @@ class RunManager:
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="fedrec-fanout")
         self.futures: dict[str, Future[None]] = {}
         self._stalled_since: dict[str, float] = {}  # run -> when it began waiting without progress
+        self._release_lock = threading.Lock()  # one activation at a time (a run's publish or an admin's)
+
+    def releases(self) -> Releases:
+        """Staging and activation of releases at the parties (the runner's and the releases API's)."""
+        return Releases(sessions=self.sessions, clients=lambda ids: self._clients(ids, TrafficCounter()),
+                        pool=self._pool, tolerance=self.settings.release_tolerance, lock=self._release_lock)
 
     def submit(self, run_id: str) -> None:
         """Queue a run for execution."""
@@ -366,14 +373,13 @@ class RunManager:
         return bool(valid) and valid[-1][1] - min(valid)[1] >= patience
 
     def _publish(self, run_id: str, party_ids: list[str], counter: TrafficCounter) -> None:
-        """Ask every party to store its serving model; a party that cannot is named in the detail."""
+        """Stage the run's serving model at every party as a release, activate it if the gate lets it."""
         with self.sessions() as session:
             run = runs.get(session=session, run_id=run_id)
             history = runs.rounds_of(session=session, run_id=run_id)
         last = run.rounds_done - 1
-        clients = self._clients(party_ids, counter)
-        _, failures = fan_out(self._pool, clients, lambda c: c.publish(run_id=run_id, round_index=last))
-        self._flush(run_id, counter)
+        release = self.releases().publish(run_id=run_id, party_ids=party_ids, round_index=last,
+                                          metrics=dict(history[-1].metrics) if history else {})
         test = history[-1].metrics.get("test_rmse", math.nan) if history else math.nan
         dp = (run.config.get("train") or run.config).get("dp_epsilon") is not None
         detail = f"completed {run.rounds_done} rounds; " + (
@@ -382,6 +388,7 @@ class RunManager:
             else "no test ratings labelled at the parties (fedrec party evaluation-split FILE)")
         if run.rounds_done < run.rounds_total:
             detail += " (stopped early: no validation improvement)"
-        if failures:
-            detail += f"; serving model not published at {sorted(failures)}"
+        detail += f"; {release.release_id} {release.state}"
+        if release.state != ACTIVE:
+            detail += f": {release.reason}"
         self._set(run_id, runs.COMPLETED, detail)

@@ -1,11 +1,11 @@
-"""Coordinator database tables: party registry, training runs, rounds, public-parameter checkpoints."""
+"""Coordinator database tables: party registry, training runs, rounds, public-parameter checkpoints, releases."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, ForeignKey, Integer, LargeBinary, String, Text
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from services.db.base import CoordinatorBase
@@ -80,3 +80,23 @@ class CheckpointRow(CoordinatorBase):
     round_index: Mapped[int] = mapped_column(Integer, primary_key=True)
     state: Mapped[bytes] = mapped_column(LargeBinary)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ReleaseRow(CoordinatorBase):
+    """The serving model of a completed run: staged at its parties, then active, retired or failed."""
+
+    __tablename__ = "releases"
+
+    release_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, unique=True)  # creation order (release-<seq>)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.run_id", ondelete="CASCADE"), unique=True)
+    round_index: Mapped[int] = mapped_column(Integer)  # the round whose model the parties stored
+    valid_rmse: Mapped[float | None] = mapped_column(Float, nullable=True)  # pooled over the parties
+    metrics: Mapped[dict[str, float]] = mapped_column(JSON, default=dict)  # that round's pooled figures
+    party_ids: Mapped[list[str]] = mapped_column(JSON)
+    staged: Mapped[list[str]] = mapped_column(JSON, default=list)  # parties that stored the model under it
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    activated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)

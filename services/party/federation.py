@@ -348,8 +348,8 @@ class FederationService:
             run.side.restore(snap[1])
             run.done = snap[0] - 2
 
-    def publish(self, *, run_id: str, round_index: int) -> int:
-        """Store the latest completed forward as the serving model; returns its version."""
+    def publish(self, *, run_id: str, round_index: int, release_id: str | None = None) -> int:
+        """Store the latest completed forward as the serving model (staged under `release_id` when given)."""
         with self._lock, self.sessions() as session:
             run = self._run(session, run_id)
             assert run.side is not None
@@ -365,4 +365,4 @@ class FederationService:
                 rating_min=self.rating_min, rating_max=self.rating_max,
                 rank_bias=np.asarray(sm["rank_bias"], np.float32).reshape(m) if "rank_bias" in sm else None,
                 rating_dim=int(sm.get("rating_dim", 0)))
-            return publish(session=session, model=model)
+            return publish(session=session, model=model, release_id=release_id)

@@ -26,6 +26,8 @@ from services.protocol.federation import pack_tree, unpack_tree
 ARTIFACT_NAME = "serving_model"
 ARTIFACT_KIND = "serving_model"
 GENERATION_KEY = "serving:generation"  # a fresh random token on every change serving must see
+ACTIVE_RELEASE_KEY = "serving:active_release"  # the coordinator's release this party serves (unset: newest model)
+STAGED_PREFIX = "serving:release:"  # + release id -> artifact version of the model staged under it
 MAX_K = 1000
 SAMPLE_PER_K = 32  # top_k's prefilter samples this many scores per requested item
 
@@ -109,6 +111,7 @@ class Snapshot:
 
     version: int
     token: str | None  # the generation token read before the data (None: unknown)
+    release_id: str | None  # the coordinator's release served (None: a model published without one)
     model: ServingModel
     item_index: dict[str, int]  # external item id -> model item index
     user_rows: dict[str, int]  # every user the party holds -> row of the CSR below
@@ -124,26 +127,67 @@ class Snapshot:
             return self
         rows = dict(self.user_rows)
         del rows[user_id]
-        return Snapshot(self.version, self.token, self.model, self.item_index, rows, self.model_row,
+        return Snapshot(self.version, self.token, self.release_id, self.model, self.item_index, rows, self.model_row,
                         self.rated_ptr, self.rated_idx, self.popular, self.counts)
 
 
-def publish(*, session: Session, model: ServingModel) -> int:
-    """Store a model as the next version of the serving artifact; returns the version."""
+def publish(*, session: Session, model: ServingModel, release_id: str | None = None) -> int:
+    """Store a model as the next version of the serving artifact; returns the version.
+
+    With a release id the model is staged: stored under that id, not served until `activate`.
+    Without one it is served at once (the newest model, as before releases existed).
+    """
     latest = session.scalar(select(func.max(ModelArtifact.version)).where(ModelArtifact.name == ARTIFACT_NAME))
     version = int(latest or 0) + 1
     session.add(ModelArtifact(name=ARTIFACT_NAME, kind=ARTIFACT_KIND, version=version, payload=model.to_bytes(),
                               meta={"run_id": model.run_id, "round_index": model.round_index,
-                                    "n_users": len(model.user_ids), "n_items": len(model.item_ids)}))
-    mark_changed(session=session)
+                                    "n_users": len(model.user_ids), "n_items": len(model.item_ids),
+                                    "release_id": release_id}))
+    if release_id is None:
+        _put(session, ACTIVE_RELEASE_KEY, None)
+        mark_changed(session=session)
+    else:
+        _put(session, STAGED_PREFIX + release_id, version)
     session.commit()
     return version
 
 
-def latest_version(*, session: Session) -> int | None:
-    """Version of the newest published serving model (None before the first)."""
-    version = session.scalar(select(func.max(ModelArtifact.version)).where(ModelArtifact.name == ARTIFACT_NAME))
-    return None if version is None else int(version)
+def activate(*, session: Session, release_id: str) -> int:
+    """Serve the model staged under `release_id` (every process of this party within its refresh); its version."""
+    version = _get(session, STAGED_PREFIX + release_id)
+    if version is None:
+        raise NotFound(f"release {release_id!r} is not staged at this party", extra={"field": "release_id"})
+    _put(session, ACTIVE_RELEASE_KEY, release_id)
+    mark_changed(session=session)
+    session.commit()
+    return int(version)
+
+
+def served(*, session: Session) -> tuple[int, str | None] | None:
+    """(artifact version, release id) serving answers from: the active release's model, else the newest model
+    published without a release (None: nothing to serve)."""
+    release_id = _get(session, ACTIVE_RELEASE_KEY)
+    if release_id is not None:
+        version = _get(session, STAGED_PREFIX + str(release_id))
+        if version is not None:
+            return int(version), str(release_id)
+    # Never a staged model: before any activation, only a model published without a release serves.
+    rows = session.execute(select(ModelArtifact.version, ModelArtifact.meta).where(ModelArtifact.name == ARTIFACT_NAME)
+                           .order_by(ModelArtifact.version.desc()))
+    return next(((int(v), None) for v, meta in rows if not (meta or {}).get("release_id")), None)
+
+
+def _get(session: Session, key: str) -> Any:
+    return session.scalar(select(FederationState.value).where(FederationState.key == key))
+
+
+def _put(session: Session, key: str, value: Any) -> None:
+    """Upsert one state value in the caller's transaction."""
+    row = session.get(FederationState, key)
+    if row is None:
+        session.add(FederationState(key=key, value=value))
+    else:
+        row.value = value
 
 
 def mark_changed(*, session: Session) -> None:
@@ -212,7 +256,7 @@ def recommend(*, snapshot: Snapshot, user_id: str, k: int) -> dict[str, Any]:
     ids = snap.model.item_ids[top].tolist()
     items = [{"item_id": str(i), "score": float(s)} for i, s in zip(ids, values.tolist())]
     return {"user_id": user_id, "items": items, "fallback": fallback, "model_version": snap.version,
-            "run_id": snap.model.run_id}
+            "run_id": snap.model.run_id, "release_id": snap.release_id}
 
 
 def _ratings(snap: Snapshot, pairs: list[tuple[str, str]], items: np.ndarray, rows: np.ndarray
@@ -257,4 +301,4 @@ def predict_known(*, snapshot: Snapshot, pairs: list[tuple[str, str]]) -> dict[s
     skipped = [{"row": r, "field": "item_id" if items[r] < 0 else "user_id"} for r in np.flatnonzero(~known).tolist()]
     keep = np.flatnonzero(known)
     return {"predictions": _ratings(snapshot, [pairs[r] for r in keep.tolist()], items[keep], rows[keep]),
-            "skipped": skipped}
+            "skipped": skipped, "release_id": snapshot.release_id}

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from services.db.party_tables import Interaction, Item, ModelArtifact, User
 from services.errors import Conflict
 from services.party import fed_store
-from services.party.serving import ARTIFACT_NAME, ServingModel, Snapshot, generation, latest_version
+from services.party.serving import ARTIFACT_NAME, ServingModel, Snapshot, generation, served
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -70,11 +70,13 @@ def _held_out(session: Session, user_ext: list[str], item_index: dict[str, int])
 
 
 def build_snapshot(*, session: Session) -> Snapshot | None:
-    """Read the newest model, the users, the items and every rating into a Snapshot (None before a publish)."""
+    """Read the served model (the active release's, else the newest), the users, the items and every rating
+    into a Snapshot (None before a publish)."""
     token = generation(session=session)  # read first: a write committed after it triggers another rebuild
-    version = latest_version(session=session)
-    if version is None:
+    found = served(session=session)
+    if found is None:
         return None
+    version, release_id = found
     row = session.scalar(select(ModelArtifact).where(ModelArtifact.name == ARTIFACT_NAME,
                                                      ModelArtifact.version == version))
     assert row is not None and row.payload is not None
@@ -99,7 +101,7 @@ def build_snapshot(*, session: Session) -> Snapshot | None:
     np.cumsum(np.bincount(rows, minlength=len(user_db)), out=ptr[1:])
     counts = np.bincount(cols, minlength=len(item_index)).astype(np.int64)
     return Snapshot(
-        version=version, token=token, model=model, item_index=item_index,
+        version=version, token=token, release_id=release_id, model=model, item_index=item_index,
         user_rows={u: i for i, u in enumerate(user_ext)},
         model_row=np.array([model_users.get(u, -1) for u in user_ext], np.int64),
         rated_ptr=ptr, rated_idx=cols[order], popular=np.argsort(-counts, kind="stable"), counts=counts)
@@ -143,6 +145,17 @@ class ModelCache:
                 self.on_load(snap)
             self._snapshot = snap
             return snap
+
+    def current(self) -> Snapshot:
+        """`get`, after a rebuild if the database changed since this process built its snapshot.
+
+        A caller that expects another release than the one served asks this way: an activation made
+        through another process is seen at once rather than after the next poll.
+        """
+        snap = self.get()
+        with self.sessions() as session:
+            changed = generation(session=session) != snap.token
+        return (self.refresh() or snap) if changed else snap
 
     def forget_user(self, user_id: str) -> None:
         """An erased user is unknown from now on, before the next rebuild (called after the erasure committed)."""

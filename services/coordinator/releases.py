@@ -1,0 +1,177 @@
+"""Releases: each completed run's serving model, staged at its parties, then activated (two-phase publish).
+
+A release is `staged` once created; it becomes `active` only when every party of its run stored the
+model under its id and the promotion gate lets it (or an admin forces it); the release it replaces
+becomes `retired` and may be activated again (a rollback, no gate). A release whose staging could not
+even be asked of its parties is `failed`. The serving fan-out asks the parties for the active release
+only, so answers of two releases are never merged.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from services.coordinator.client import PartyClient
+from services.db.coordinator_tables import ReleaseRow
+from services.errors import Conflict, NotFound, PartyUnavailable
+from services.federation.fanout import fan_out
+
+STAGED, ACTIVE, RETIRED, FAILED = "staged", "active", "retired", "failed"
+Clients = Callable[[list[str]], dict[str, PartyClient]]
+
+
+def gate(*, candidate: float | None, active: float | None, tolerance: float) -> str | None:
+    """Why a release with validation RMSE `candidate` may not replace one with `active` (None: it may)."""
+    if active is None:
+        return None
+    if candidate is None:
+        return f"no validation RMSE to compare with the active release's {active:.4f}"
+    if candidate > active + tolerance:
+        return (f"validation RMSE {candidate:.4f} is worse than the active release's {active:.4f} "
+                f"beyond the tolerance {tolerance:g}")
+    return None
+
+
+def get(*, session: Session, release_id: str) -> ReleaseRow:
+    """One release; 404 naming it when unknown."""
+    row = session.get(ReleaseRow, release_id)
+    if row is None:
+        raise NotFound(f"release {release_id!r} not found", extra={"field": "release_id"})
+    return row
+
+
+def list_releases(*, session: Session) -> list[ReleaseRow]:
+    """Every release, newest first."""
+    return list(session.scalars(select(ReleaseRow).order_by(ReleaseRow.seq.desc())))
+
+
+def active(*, session: Session) -> ReleaseRow | None:
+    """The release the federation serves (None before the first activation)."""
+    return session.scalar(select(ReleaseRow).where(ReleaseRow.state == ACTIVE))
+
+
+def create(*, session: Session, run_id: str, round_index: int, metrics: dict[str, float],
+           party_ids: list[str]) -> ReleaseRow:
+    """The release of a completed run (the existing one when a resumed run publishes again)."""
+    row = session.scalar(select(ReleaseRow).where(ReleaseRow.run_id == run_id))
+    if row is not None:
+        return row
+    seq = int(session.scalar(select(func.max(ReleaseRow.seq))) or 0) + 1
+    valid = metrics.get("valid_rmse")
+    row = ReleaseRow(release_id=f"release-{seq}", seq=seq, run_id=run_id, round_index=round_index,
+                     valid_rmse=valid if valid is not None and math.isfinite(valid) else None,
+                     metrics=metrics, party_ids=sorted(party_ids), staged=[], state=STAGED, reason="staging")
+    session.add(row)
+    session.commit()
+    return row
+
+
+def _set(session: Session, row: ReleaseRow, **fields: Any) -> None:
+    for key, value in fields.items():
+        setattr(row, key, value)
+    session.commit()
+
+
+class Releases:
+    """Stages and activates releases at the parties; one activation at a time."""
+
+    def __init__(self, *, sessions: sessionmaker[Session], clients: Clients, pool: ThreadPoolExecutor,
+                 tolerance: float, lock: threading.Lock) -> None:
+        self.sessions, self.clients, self.pool = sessions, clients, pool
+        self.tolerance, self.lock = tolerance, lock
+
+    def publish(self, *, run_id: str, party_ids: list[str], round_index: int,
+                metrics: dict[str, float]) -> ReleaseRow:
+        """Stage the run's model at every party under a new release, then activate it if the gate lets it."""
+        with self.sessions() as session:
+            row = create(session=session, run_id=run_id, round_index=round_index, metrics=metrics,
+                         party_ids=party_ids)
+            release_id = row.release_id
+        clients = self.clients(party_ids)
+        answers, failures = fan_out(self.pool, clients, lambda c: c.stage(run_id=run_id, round_index=round_index,
+                                                                           release_id=release_id))
+        failures.update({p: "not registered or disabled" for p in set(party_ids) - set(clients)})
+        with self.sessions() as session:
+            row = get(session=session, release_id=release_id)
+            reason = "" if not failures else "not staged at " + "; ".join(
+                f"{p} ({why})" for p, why in sorted(failures.items()))
+            _set(session, row, staged=sorted(answers), reason=reason or "staged at every party")
+        if failures:
+            return self.read(release_id)
+        try:
+            return self.activate(release_id=release_id, automatic=True)
+        except (Conflict, PartyUnavailable):
+            return self.read(release_id)  # stays staged; the reason is in the record
+
+    def read(self, release_id: str) -> ReleaseRow:
+        """The release's current record (detached)."""
+        with self.sessions() as session:
+            row = get(session=session, release_id=release_id)
+            session.expunge(row)
+            return row
+
+    def activate(self, *, release_id: str, force: bool = False, automatic: bool = False) -> ReleaseRow:
+        """Serve a release at every party of its run; a retired one is a rollback (no gate), a staged one
+        passes the gate unless forced, the active one is sent again. 409 with the reason when it may not;
+        502 when a party did not switch."""
+        with self.lock:
+            with self.sessions() as session:
+                row = get(session=session, release_id=release_id)
+                current = active(session=session)
+                previous = None if current is None else current.release_id
+                parties, rollback, again = list(row.party_ids), row.state == RETIRED, row.state == ACTIVE
+                if not again:
+                    self._check(session, row, current, force=force)
+            if again:  # already active: told again, so a party that missed it (or was switched) follows
+                self._switch(release_id, parties, None)
+                return self.read(release_id)
+            self._switch(release_id, parties, previous)
+            with self.sessions() as session:
+                if previous is not None:
+                    _set(session, get(session=session, release_id=previous), state=RETIRED,
+                         reason=f"replaced by {release_id}")
+                how = "rollback" if rollback else ("forced past the gate" if force else
+                                                   "passed the gate" if automatic or previous else "first release")
+                _set(session, get(session=session, release_id=release_id), state=ACTIVE,
+                     reason=f"active at every party ({how})", activated_at=datetime.now(UTC))
+            return self.read(release_id)
+
+    def _check(self, session: Session, row: ReleaseRow, current: ReleaseRow | None, *, force: bool) -> None:
+        """Refuse (409, reason kept in the record) a release that may not become active."""
+        if row.state == FAILED:
+            raise Conflict(f"release {row.release_id} failed: {row.reason}", extra={"release_id": row.release_id})
+        missing = sorted(set(row.party_ids) - set(row.staged))
+        if missing:
+            raise Conflict(f"release {row.release_id} is not staged at {', '.join(missing)}: {row.reason}",
+                           extra={"release_id": row.release_id})
+        if row.state == STAGED and not force:
+            why = gate(candidate=row.valid_rmse, active=None if current is None else current.valid_rmse,
+                       tolerance=self.tolerance)
+            if why is not None:
+                _set(session, row, reason=f"held by the promotion gate: {why}")
+                raise Conflict(f"release {row.release_id} held by the promotion gate: {why} "
+                               "(force to override)", extra={"release_id": row.release_id})
+
+    def _switch(self, release_id: str, parties: list[str], previous: str | None) -> None:
+        """Activate at every party; if one fails, the others go back to `previous` and this raises."""
+        clients = self.clients(parties)
+        answers, failures = fan_out(self.pool, clients, lambda c: c.activate_release(release_id=release_id))
+        failures.update({p: "not registered or disabled" for p in set(parties) - set(clients)})
+        if not failures:
+            return
+        if previous is not None:
+            # Best effort: the fan-out pins the active release, so a party left behind is reported, never merged.
+            fan_out(self.pool, {p: clients[p] for p in answers},
+                    lambda c: c.activate_release(release_id=previous))
+        why = "; ".join(f"{p} ({r})" for p, r in sorted(failures.items()))
+        with self.sessions() as session:
+            _set(session, get(session=session, release_id=release_id), reason=f"activation failed at {why}")
+        raise PartyUnavailable(f"release {release_id} not activated: {why}", extra={"release_id": release_id})
