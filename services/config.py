@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEV_ADMIN_TOKEN = "dev-admin-token"
@@ -36,6 +37,32 @@ def check_secrets(prefix: str, secrets: dict[str, list[str]]) -> None:
             if reason:
                 raise ValueError(f"{prefix}{name.upper()} {reason}; generate one with "
                                  "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`")
+
+
+# The demo's party secrets (services.verfedgnn.secure.dev_party_secret, what cli.localfed gives its
+# parties) are derived from the party id by a public formula: anyone can compute them.
+DEV_PARTY_SECRET_LABEL = b"fedrec-dev-party-secret|"
+DEMO_PARTY_IDS = ("party", "p1", "p2", "p3", *(f"party{k}" for k in range(16)))
+
+
+def _public_party_secret(secret: bytes, party_id: str) -> bool:
+    ids = {party_id, *DEMO_PARTY_IDS}
+    return any(secret == hashlib.sha256(DEV_PARTY_SECRET_LABEL + p.encode()).digest() for p in ids)
+
+
+def party_secret_problem(secret_hex: str, party_id: str) -> str | None:
+    """Why a PARTY_SECRET must not be used outside dev mode (a public or low-entropy value), or None.
+
+    A random secret of n bytes has almost surely more than min(n, 32) / 2 distinct byte values and
+    no constant step between its bytes; all-zero, repeated and counting secrets fail one of both.
+    """
+    secret = bytes.fromhex(secret_hex)
+    if _public_party_secret(secret, party_id):
+        return "is the demo's public secret (derived from a party id)"
+    steps = {(b - a) % 256 for a, b in zip(secret, secret[1:])}
+    if len(set(secret)) < min(len(secret), 32) // 2 or len(steps) == 1:
+        return "has too little entropy (repeated bytes or a counting pattern)"
+    return None
 
 
 def _b64(value: str) -> bytes:
@@ -153,6 +180,10 @@ class PartySettings(GuardSettings):
                                      "coordinator_token": [self.coordinator_token or ""],
                                      "api_keys": self.api_keys,
                                      "metrics_token": [self.metrics_token] if self.metrics_token else []})
+            reason = party_secret_problem(self.secret, self.party_id) if self.secret else None
+            if reason:  # the message names the variable, never any part of the value
+                raise ValueError(f"PARTY_SECRET {reason}; generate one with "
+                                 "`python -c 'import secrets; print(secrets.token_hex(32))'`")
         check_pair("PARTY_", self.tls_cert_file, self.tls_key_file, "TLS")
         if self.tls_client_ca_file is not None and self.tls_cert_file is None:
             raise ValueError("PARTY_TLS_CLIENT_CA_FILE needs PARTY_TLS_CERT_FILE: client certificates need HTTPS")
@@ -231,3 +262,24 @@ class CoordinatorSettings(GuardSettings):
         check_pair("COORD_", self.client_cert_file, self.client_key_file, "CLIENT")
         check_dev_host("COORD_", self.dev_mode, self.host)
         return self
+
+
+S = TypeVar("S", PartySettings, CoordinatorSettings)
+
+
+def settings_or_exit(cls: type[S], **overrides: Any) -> S:
+    """Read settings from the environment; on an error exit with one line per problem, naming the variable.
+
+    pydantic's own message would append the input (values of other variables, secrets included) and
+    a traceback; this one carries the reasons only.
+    """
+    try:
+        return cls(**overrides)
+    except ValidationError as exc:
+        prefix = str(cls.model_config.get("env_prefix", ""))
+        lines = []
+        for error in exc.errors(include_input=False, include_url=False):
+            where = ".".join(str(part) for part in error["loc"])
+            reason = str(error["msg"]).removeprefix("Value error, ")
+            lines.append(f"{prefix}{where.upper()}: {reason}" if where else reason)
+        raise SystemExit("invalid settings: " + "; ".join(lines)) from None
