@@ -124,6 +124,7 @@ class RequestGuard:
                 continue
             match, _ = route.matches(scope)
             if match == Match.FULL:
+                scope["route"] = route  # the metrics label a refusal by its route, as the router would
                 return policy
         return _Policy([], self.limits[NO_BODY])  # 404/405: nothing to check, nothing is read
 
@@ -146,17 +147,22 @@ class RequestGuard:
         await self._forward(scope, receive, send, policy.limit)
 
     def _authenticate(self, policy: _Policy, headers: Headers, scope: Scope) -> ApiError | None:
+        # The credential is checked first: a valid one always passes, so wrong tokens sent from a shared
+        # address (a NAT, a proxy, another tenant) cannot lock out its legitimate callers. Only failures
+        # count and only failures wait; what stops guessing is the secrets' length (>= 32 characters).
         if not policy.checks:
             return None
-        address = (scope.get("client") or ("unknown", 0))[0]
-        wait = self.throttle.retry_after(address)
-        if wait is not None:
-            return ApiError(429, "too_many_requests", f"too many failed authentications; retry in {wait} s",
-                            {"Retry-After": str(wait)})
         try:
             for check in policy.checks:
                 check(headers)
         except ApiError as refusal:
+            if refusal.status not in (401, 403):  # e.g. /metrics switched off (404): not a failed login
+                return refusal
+            address = (scope.get("client") or ("unknown", 0))[0]
+            wait = self.throttle.retry_after(address)
+            if wait is not None:
+                return ApiError(429, "too_many_requests", f"too many failed authentications; retry in {wait} s",
+                                {"Retry-After": str(wait)})
             self.throttle.failed(address)
             return refusal
         return None

@@ -55,8 +55,8 @@ def create_app(settings: CoordinatorSettings, *, resume: bool = True) -> FastAPI
     install_error_handlers(app)
     document_guard(app)
     redact_access_log()  # access logs carry hashed user ids, never the ids
-    install_guard(app, settings=settings, checks=header_checks(settings))
     observability = Observability(service="coordinator", metrics_token=settings.metrics_token)
+    install_guard(app, settings=settings, checks={**header_checks(settings), **observability.guard_checks()})
     metrics = CoordinatorMetrics(observability.registry)
     observability.install(app)  # outermost: every answer is timed, the guard's refusals too
     for router in ROUTERS:

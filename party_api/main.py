@@ -108,9 +108,9 @@ def create_app(settings: PartySettings) -> FastAPI:
     install_error_handlers(app)
     document_guard(app)
     redact_access_log()  # access logs carry hashed user ids, never the ids
-    install_guard(app, settings=settings, checks=header_checks(settings),
-                  extra_limits={"social": settings.social_max_body_bytes})
     observability = Observability(service="party", metrics_token=settings.metrics_token)
+    install_guard(app, settings=settings, checks={**header_checks(settings), **observability.guard_checks()},
+                  extra_limits={"social": settings.social_max_body_bytes})
     model_version = Gauge("fedrec_serving_model_version", "Version of the serving model this process serves",
                           registry=observability.registry)
     observability.install(app)  # outermost: every answer is timed, the guard's refusals too

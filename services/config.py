@@ -93,6 +93,9 @@ class GuardSettings(BaseSettings):
     # Failed authentications per client address within the window before answers turn 429.
     auth_failure_limit: int = Field(100, ge=1)
     auth_failure_window_s: float = Field(60.0, gt=0)
+    # Addresses (or CIDR ranges) of reverse proxies whose X-Forwarded-For / X-Forwarded-Proto are believed;
+    # none by default, so a client cannot pick the address the throttle counts it under.
+    trusted_proxies: list[str] = Field(default_factory=list)
 
 
 def check_pair(prefix: str, cert: Path | None, key: Path | None, what: str) -> None:
