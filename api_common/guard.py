@@ -224,6 +224,6 @@ def install_guard(app: Any, *, settings: Any, checks: Mapping[Any, HeaderCheck],
                   extra_limits: Mapping[str, int] | None = None) -> None:
     """Add the guard to an app with the body-limit classes and throttle of its settings (GuardSettings)."""
     limits = {name: getattr(settings, f"{name}_max_body_bytes")
-              for name in (NO_BODY, "small", "json", "bulk", "federation")}
+              for name in (NO_BODY, "small", "predictions", "json", "bulk", "federation")}
     throttle = AuthThrottle(limit=settings.auth_failure_limit, window_s=settings.auth_failure_window_s)
     app.add_middleware(RequestGuard, checks=checks, limits={**limits, **(extra_limits or {})}, throttle=throttle)

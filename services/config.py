@@ -84,8 +84,11 @@ class GuardSettings(BaseSettings):
     # Bodies of routes without one (GET, DELETE, step calls) and of routes with small JSON bodies.
     none_max_body_bytes: int = Field(64 << 10, ge=0)
     small_max_body_bytes: int = Field(64 << 10, ge=1)
-    # JSON batches (interactions, items, evaluation split, predictions).
+    # JSON batches (interactions, items, social links: 50,000 rows of ids up to 255 characters; evaluation split).
     json_max_body_bytes: int = Field(32 << 20, ge=1)
+    # POST /v1/predictions: 10,000 pairs of ids of ~30 characters. An API key (a client app's credential)
+    # opens this route, and JSON is parsed on the event loop holding the GIL, so the bound is tight.
+    predictions_max_body_bytes: int = Field(1 << 20, ge=1)
     # Streamed CSV/NDJSON uploads (never held in memory, so the limit is about disk and time).
     bulk_max_body_bytes: int = Field(8 << 30, ge=1)
     # Binary federation bodies (PSI points, public parameters, projection sums).
