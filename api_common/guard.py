@@ -9,6 +9,7 @@ a 200 MB upload without a credential costs the service a few kilobytes of socket
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections import deque
@@ -38,6 +39,13 @@ class BodyTooLarge(StarletteHTTPException):
 
     def __init__(self, limit: int) -> None:
         super().__init__(413, f"request body exceeds the limit of {limit} bytes for this route")
+
+
+class BodyTimeout(StarletteHTTPException):
+    """Raised from `receive` when the app waits longer than the body timeout for the next body bytes (408)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(408, f"no request body bytes for {seconds:g} s", headers={"Connection": "close"})
 
 
 class AuthThrottle:
@@ -103,8 +111,9 @@ class RequestGuard:
     """ASGI middleware: `checks` maps a credential dependency to its header check, `limits` body classes to bytes."""
 
     def __init__(self, app: ASGIApp, *, checks: Mapping[Any, HeaderCheck], limits: Mapping[str, int],
-                 throttle: AuthThrottle) -> None:
+                 throttle: AuthThrottle, body_timeout_s: float = 30.0) -> None:
         self.app, self.checks, self.limits, self.throttle = app, checks, limits, throttle
+        self.body_timeout_s = body_timeout_s
         self._table: list[tuple[str, Any, _Policy]] | None = None
 
     def _routes(self, router: Any) -> list[tuple[str, Any, _Policy]]:
@@ -169,11 +178,19 @@ class RequestGuard:
 
     async def _forward(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
         seen = 0
-        started = False
+        started = body_done = False
 
         async def counted() -> Message:
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, body_done
+            if body_done:  # after the body, receive() waits for a disconnect: no deadline
+                return await receive()
+            # Time counts only while the app waits for body bytes (a slow handler is not the client's fault);
+            # a client that stops sending mid-body is answered 408 and disconnected.
+            try:
+                message = await asyncio.wait_for(receive(), self.body_timeout_s)
+            except asyncio.TimeoutError:
+                raise BodyTimeout(self.body_timeout_s) from None
+            body_done = message["type"] != "http.request" or not message.get("more_body", False)
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
@@ -187,10 +204,11 @@ class RequestGuard:
 
         try:
             await self.app(scope, counted, tracked)
-        except BodyTooLarge as exc:  # raised where no handler answered it (e.g. a bare ASGI route)
+        except (BodyTooLarge, BodyTimeout) as exc:  # raised where no handler answered it (e.g. a bare ASGI route)
             if started:
                 raise
-            await _respond(send, ApiError(413, "payload_too_large", str(exc.detail)))
+            code = "payload_too_large" if exc.status_code == 413 else "request_timeout"
+            await _respond(send, ApiError(exc.status_code, code, str(exc.detail)))
 
 
 def _literal_prefix(route: Any) -> str:
@@ -226,4 +244,5 @@ def install_guard(app: Any, *, settings: Any, checks: Mapping[Any, HeaderCheck],
     limits = {name: getattr(settings, f"{name}_max_body_bytes")
               for name in (NO_BODY, "small", "predictions", "json", "bulk", "federation")}
     throttle = AuthThrottle(limit=settings.auth_failure_limit, window_s=settings.auth_failure_window_s)
-    app.add_middleware(RequestGuard, checks=checks, limits={**limits, **(extra_limits or {})}, throttle=throttle)
+    app.add_middleware(RequestGuard, checks=checks, limits={**limits, **(extra_limits or {})}, throttle=throttle,
+                       body_timeout_s=settings.body_timeout_s)

@@ -28,7 +28,9 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api_common.errors import ApiError
+from api_common.http_protocol import deadline_protocol
 from api_common.logs import RedactUserIds
+from services.config import GuardSettings
 from services.protocol.tracing import REQUEST_ID_HEADER, current_request_id, request_id_var
 
 log = logging.getLogger("fedrec.http")
@@ -65,14 +67,17 @@ def configure_json_logging(level: str = "INFO") -> None:
         logging.getLogger(name).propagate = True
 
 
-def uvicorn_options(*, log_format: str, cert: Path | None, key: Path | None, client_ca: Path | None = None,
-                    trusted_proxies: list[str] | None = None) -> dict[str, Any]:
-    """uvicorn.run keywords for a service's logs, TLS (client certificates required when a client CA is set)
-    and forwarded headers (believed from `trusted_proxies` only)."""
+def uvicorn_options(*, log_format: str, cert: Path | None, key: Path | None, guard: GuardSettings,
+                    client_ca: Path | None = None) -> dict[str, Any]:
+    """uvicorn.run keywords for a service's logs, TLS (client certificates required when a client CA is set),
+    forwarded headers (believed from `guard.trusted_proxies` only) and slow-client limits."""
     # uvicorn believes X-Forwarded-For from 127.0.0.1 by default: any local process could then
     # rotate the address the auth throttle counts. Only listed proxies are believed.
-    options: dict[str, Any] = {"proxy_headers": bool(trusted_proxies),
-                               "forwarded_allow_ips": ",".join(trusted_proxies or []) or None}
+    options: dict[str, Any] = {"proxy_headers": bool(guard.trusted_proxies),
+                               "forwarded_allow_ips": ",".join(guard.trusted_proxies) or None,
+                               "http": deadline_protocol(header_timeout_s=guard.header_timeout_s,
+                                                         max_header_bytes=guard.max_header_bytes),
+                               "limit_concurrency": guard.max_connections}
     if log_format == "json":
         configure_json_logging()
         # Our logging config stays; the middleware writes one JSON line per request instead of the access log.

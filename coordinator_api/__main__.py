@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     owner_only_dir(settings.data_dir)
     upgrade(settings.database_url, environment="coordinator")
     options = uvicorn_options(log_format=settings.log_format, cert=settings.tls_cert_file, key=settings.tls_key_file,
-                              trusted_proxies=settings.trusted_proxies)
+                              guard=settings)
     uvicorn.run(create_app(settings), host=settings.host, port=args.port or settings.port, log_level="info",
                 **options)
 

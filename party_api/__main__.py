@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     app: FastAPI | str = create_app(settings) if workers == 1 else "party_api.__main__:app_from_env"
     options = uvicorn_options(log_format=settings.log_format, cert=settings.tls_cert_file,
                               key=settings.tls_key_file, client_ca=settings.tls_client_ca_file,
-                              trusted_proxies=settings.trusted_proxies)
+                              guard=settings)
     try:
         uvicorn.run(app, host=settings.host, port=args.port or settings.port, workers=workers,
                     factory=workers > 1, log_level="info", **options)

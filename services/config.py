@@ -99,6 +99,14 @@ class GuardSettings(BaseSettings):
     # Addresses (or CIDR ranges) of reverse proxies whose X-Forwarded-For / X-Forwarded-Proto are believed;
     # none by default, so a client cannot pick the address the throttle counts it under.
     trusted_proxies: list[str] = Field(default_factory=list)
+    # Slow clients (api_common.http_protocol, api_common.guard): a request's headers must arrive within
+    # header_timeout_s of its first byte and fit max_header_bytes (408 / 431, connection closed); a body
+    # that stops arriving for body_timeout_s while the service waits for it is answered 408.
+    header_timeout_s: float = Field(10.0, gt=0, le=3600)
+    max_header_bytes: int = Field(64 << 10, ge=1024)
+    body_timeout_s: float = Field(30.0, gt=0, le=3600)
+    # Connections plus requests in progress per process; past it new requests are answered 503.
+    max_connections: int = Field(2048, ge=1)
 
 
 def check_pair(prefix: str, cert: Path | None, key: Path | None, what: str) -> None:
