@@ -100,15 +100,14 @@ def vacuum(
     database_url: Annotated[str | None, typer.Option(help="default: PARTY_DATABASE_URL")] = None,
 ) -> None:
     """PostgreSQL: rewrite the party's tables and indexes (VACUUM FULL) so erased users leave no residue."""
-    from services.config import PartySettings
-    from services.db.maintenance import vacuum_party
+    from services.config import PartySettings, settings_or_exit
+    from services.db.maintenance import SQLITE_NOTE, is_postgres, vacuum_party
 
-    url = database_url or PartySettings().database_url
-    try:
-        report = vacuum_party(database_url=url)
-    except DomainError as exc:
-        err.print(f"[red]{exc.detail}")
-        raise typer.Exit(1) from exc
+    url = database_url or settings_or_exit(PartySettings).database_url
+    if not is_postgres(url):
+        err.print(f"[red]{SQLITE_NOTE}")
+        raise typer.Exit(1)
+    report = vacuum_party(database_url=url)
     err.print(f"rewrote {len(report.tables)} tables: {', '.join(report.tables)}")
     if not report.checkpoint:
         err.print("CHECKPOINT not permitted for this role: WAL segments holding erased rows are recycled "

@@ -16,7 +16,6 @@ from sqlalchemy import make_url, text
 from services.db import party_tables  # noqa: F401 - registers the party tables on PartyBase
 from services.db.base import PartyBase
 from services.db.session import make_engine
-from services.errors import Conflict
 
 
 @dataclass(frozen=True)
@@ -27,10 +26,18 @@ class VacuumReport:
     checkpoint: bool
 
 
+SQLITE_NOTE = "vacuum is for PostgreSQL: SQLite party databases overwrite deleted rows (secure_delete)"
+
+
+def is_postgres(database_url: str) -> bool:
+    """Whether the URL names a PostgreSQL database (the only backend `vacuum_party` works on)."""
+    return make_url(database_url).get_backend_name() == "postgresql"
+
+
 def vacuum_party(*, database_url: str) -> VacuumReport:
-    """VACUUM FULL every party table (PostgreSQL only), then try a CHECKPOINT."""
-    if make_url(database_url).get_backend_name() != "postgresql":
-        raise Conflict("vacuum is for PostgreSQL: SQLite party databases overwrite deleted rows (secure_delete)")
+    """VACUUM FULL every party table, then try a CHECKPOINT (PostgreSQL; see `is_postgres`)."""
+    if not is_postgres(database_url):
+        raise ValueError(SQLITE_NOTE)
     tables = sorted(PartyBase.metadata.tables)
     engine = make_engine(database_url)
     try:
