@@ -96,14 +96,15 @@ def migrate(
     err.print(f"party database at head: {url}")
 
 
+@reported
 def vacuum(
     database_url: Annotated[str | None, typer.Option(help="default: PARTY_DATABASE_URL")] = None,
 ) -> None:
     """PostgreSQL: rewrite the party's tables and indexes (VACUUM FULL) so erased users leave no residue."""
-    from services.config import PartySettings, settings_or_exit
+    from services.config import PartySettings
     from services.db.maintenance import SQLITE_NOTE, is_postgres, vacuum_party
 
-    url = database_url or settings_or_exit(PartySettings).database_url
+    url = database_url or PartySettings().database_url
     if not is_postgres(url):
         err.print(f"[red]{SQLITE_NOTE}")
         raise typer.Exit(1)

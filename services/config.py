@@ -281,19 +281,20 @@ class CoordinatorSettings(GuardSettings):
 S = TypeVar("S", PartySettings, CoordinatorSettings)
 
 
-def settings_or_exit(cls: type[S], **overrides: Any) -> S:
-    """Read settings from the environment; on an error exit with one line per problem, naming the variable.
+def settings_message(exc: ValidationError, prefix: str) -> str:
+    """A settings error as one line naming the variables and the rules, never any value."""
+    parts = []
+    for error in exc.errors(include_input=False, include_url=False):
+        where = ".".join(str(part) for part in error["loc"])
+        reason = str(error["msg"]).removeprefix("Value error, ")
+        parts.append(f"{prefix}{where.upper()}: {reason}" if where else reason)
+    return "; ".join(parts)
 
-    pydantic's own message would append the input (values of other variables, secrets included) and
-    a traceback; this one carries the reasons only.
-    """
+
+def settings_or_exit(cls: type[S], **overrides: Any) -> S:
+    """Read settings from the environment; on an error exit with one line (no traceback, no values)."""
     try:
         return cls(**overrides)
     except ValidationError as exc:
         prefix = str(cls.model_config.get("env_prefix", ""))
-        lines = []
-        for error in exc.errors(include_input=False, include_url=False):
-            where = ".".join(str(part) for part in error["loc"])
-            reason = str(error["msg"]).removeprefix("Value error, ")
-            lines.append(f"{prefix}{where.upper()}: {reason}" if where else reason)
-        raise SystemExit("invalid settings: " + "; ".join(lines)) from None
+        raise SystemExit(f"invalid settings ({cls.__name__}): {settings_message(exc, prefix)}") from None
