@@ -27,7 +27,9 @@ def test_fanout_and_erasure_leave_no_user_id_in_the_logs(tmp_path: Path) -> None
         key = {"X-API-Key": API_KEY}
         first = httpx.get(f"{coord.url}/v1/users/{USER}/recommendations", headers=key, timeout=30)
         assert first.status_code in (200, 404), first.text
-        assert httpx.delete(f"{party.url}/v1/users/{USER}", headers=admin).status_code == 200
+        erased = httpx.delete(f"{coord.url}/v1/users/{USER}", headers=admin, timeout=30)  # erasure at every party
+        assert erased.status_code == 200, erased.text
+        assert httpx.get(f"{party.url}/v1/users/{USER}", headers=admin).status_code == 404
         httpx.get(f"{coord.url}/v1/users/{USER}/recommendations", headers=key, timeout=30)
     finally:
         time.sleep(0.2)  # the last log lines reach the files
