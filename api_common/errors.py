@@ -85,7 +85,7 @@ async def _request(_: Request, exc: Exception) -> JSONResponse:
 
 async def _http(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
-    code = {400: "bad_request", 404: "not_found", 405: "method_not_allowed",
+    code = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 408: "request_timeout",
             413: "payload_too_large"}.get(exc.status_code, "http_error")
     return JSONResponse(
         {"code": code, "detail": str(exc.detail)}, exc.status_code, headers=exc.headers

@@ -9,6 +9,7 @@ a 200 MB upload without a credential costs the service a few kilobytes of socket
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections import deque
@@ -38,6 +39,13 @@ class BodyTooLarge(StarletteHTTPException):
 
     def __init__(self, limit: int) -> None:
         super().__init__(413, f"request body exceeds the limit of {limit} bytes for this route")
+
+
+class BodyTimeout(StarletteHTTPException):
+    """Raised from `receive` when the app waits longer than the body timeout for the next body bytes (408)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(408, f"no request body bytes for {seconds:g} s", headers={"Connection": "close"})
 
 
 class AuthThrottle:
@@ -103,8 +111,9 @@ class RequestGuard:
     """ASGI middleware: `checks` maps a credential dependency to its header check, `limits` body classes to bytes."""
 
     def __init__(self, app: ASGIApp, *, checks: Mapping[Any, HeaderCheck], limits: Mapping[str, int],
-                 throttle: AuthThrottle) -> None:
+                 throttle: AuthThrottle, body_timeout_s: float = 30.0) -> None:
         self.app, self.checks, self.limits, self.throttle = app, checks, limits, throttle
+        self.body_timeout_s = body_timeout_s
         self._table: list[tuple[str, Any, _Policy]] | None = None
 
     def _routes(self, router: Any) -> list[tuple[str, Any, _Policy]]:
@@ -124,6 +133,7 @@ class RequestGuard:
                 continue
             match, _ = route.matches(scope)
             if match == Match.FULL:
+                scope["route"] = route  # the metrics label a refusal by its route, as the router would
                 return policy
         return _Policy([], self.limits[NO_BODY])  # 404/405: nothing to check, nothing is read
 
@@ -146,28 +156,41 @@ class RequestGuard:
         await self._forward(scope, receive, send, policy.limit)
 
     def _authenticate(self, policy: _Policy, headers: Headers, scope: Scope) -> ApiError | None:
+        # The credential is checked first: a valid one always passes, so wrong tokens sent from a shared
+        # address (a NAT, a proxy, another tenant) cannot lock out its legitimate callers. Only failures
+        # count and only failures wait; what stops guessing is the secrets' length (>= 32 characters).
         if not policy.checks:
             return None
-        address = (scope.get("client") or ("unknown", 0))[0]
-        wait = self.throttle.retry_after(address)
-        if wait is not None:
-            return ApiError(429, "too_many_requests", f"too many failed authentications; retry in {wait} s",
-                            {"Retry-After": str(wait)})
         try:
             for check in policy.checks:
                 check(headers)
         except ApiError as refusal:
+            if refusal.status not in (401, 403):  # e.g. /metrics switched off (404): not a failed login
+                return refusal
+            address = (scope.get("client") or ("unknown", 0))[0]
+            wait = self.throttle.retry_after(address)
+            if wait is not None:
+                return ApiError(429, "too_many_requests", f"too many failed authentications; retry in {wait} s",
+                                {"Retry-After": str(wait)})
             self.throttle.failed(address)
             return refusal
         return None
 
     async def _forward(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
         seen = 0
-        started = False
+        started = body_done = False
 
         async def counted() -> Message:
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, body_done
+            if body_done:  # after the body, receive() waits for a disconnect: no deadline
+                return await receive()
+            # Time counts only while the app waits for body bytes (a slow handler is not the client's fault);
+            # a client that stops sending mid-body is answered 408 and disconnected.
+            try:
+                message = await asyncio.wait_for(receive(), self.body_timeout_s)
+            except asyncio.TimeoutError:
+                raise BodyTimeout(self.body_timeout_s) from None
+            body_done = message["type"] != "http.request" or not message.get("more_body", False)
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
@@ -181,10 +204,11 @@ class RequestGuard:
 
         try:
             await self.app(scope, counted, tracked)
-        except BodyTooLarge as exc:  # raised where no handler answered it (e.g. a bare ASGI route)
+        except (BodyTooLarge, BodyTimeout) as exc:  # raised where no handler answered it (e.g. a bare ASGI route)
             if started:
                 raise
-            await _respond(send, ApiError(413, "payload_too_large", str(exc.detail)))
+            code = "payload_too_large" if exc.status_code == 413 else "request_timeout"
+            await _respond(send, ApiError(exc.status_code, code, str(exc.detail)))
 
 
 def _literal_prefix(route: Any) -> str:
@@ -218,6 +242,7 @@ def install_guard(app: Any, *, settings: Any, checks: Mapping[Any, HeaderCheck],
                   extra_limits: Mapping[str, int] | None = None) -> None:
     """Add the guard to an app with the body-limit classes and throttle of its settings (GuardSettings)."""
     limits = {name: getattr(settings, f"{name}_max_body_bytes")
-              for name in (NO_BODY, "small", "json", "bulk", "federation")}
+              for name in (NO_BODY, "small", "predictions", "json", "bulk", "federation")}
     throttle = AuthThrottle(limit=settings.auth_failure_limit, window_s=settings.auth_failure_window_s)
-    app.add_middleware(RequestGuard, checks=checks, limits={**limits, **(extra_limits or {})}, throttle=throttle)
+    app.add_middleware(RequestGuard, checks=checks, limits={**limits, **(extra_limits or {})}, throttle=throttle,
+                       body_timeout_s=settings.body_timeout_s)

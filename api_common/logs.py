@@ -31,8 +31,28 @@ class RedactUserIds(logging.Filter):
         return True
 
 
+class RedactUrls(RedactUserIds):
+    """Rewrites every argument of an HTTP-client log record (httpx logs the URL it called) the same way."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(self.redact(str(a)) if "/users/" in str(a) else a for a in record.args)
+        record.msg = self.redact(str(record.msg)) if "/users/" in str(record.msg) else record.msg
+        return True
+
+
+# The HTTP clients' loggers: httpx writes one INFO line per request with the full URL, so every fan-out
+# (GET /v1/users/{id}/recommendations at each party) would leave the raw user id in the log.
+HTTP_CLIENT_LOGGERS = ("httpx", "httpcore", "hpack")
+
+
 def redact_access_log() -> None:
-    """Install the filter on uvicorn's access logger once per process."""
+    """Install the filter on uvicorn's access logger, and quiet and redact the HTTP clients', once per process."""
     logger = logging.getLogger("uvicorn.access")
     if not any(isinstance(f, RedactUserIds) for f in logger.filters):
         logger.addFilter(RedactUserIds())
+    for name in HTTP_CLIENT_LOGGERS:
+        client = logging.getLogger(name)
+        client.setLevel(logging.WARNING)  # no per-request lines; a warning still shows, redacted
+        if not any(isinstance(f, RedactUrls) for f in client.filters):
+            client.addFilter(RedactUrls())

@@ -18,15 +18,19 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, Histogram, generate_latest
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api_common.errors import ApiError
+from api_common.http_protocol import deadline_protocol
 from api_common.logs import RedactUserIds
+from services.config import GuardSettings
 from services.protocol.tracing import REQUEST_ID_HEADER, current_request_id, request_id_var
 
 log = logging.getLogger("fedrec.http")
@@ -63,10 +67,17 @@ def configure_json_logging(level: str = "INFO") -> None:
         logging.getLogger(name).propagate = True
 
 
-def uvicorn_options(*, log_format: str, cert: Path | None, key: Path | None,
+def uvicorn_options(*, log_format: str, cert: Path | None, key: Path | None, guard: GuardSettings,
                     client_ca: Path | None = None) -> dict[str, Any]:
-    """uvicorn.run keywords for a service's logs and TLS (client certificates required when a client CA is set)."""
-    options: dict[str, Any] = {}
+    """uvicorn.run keywords for a service's logs, TLS (client certificates required when a client CA is set),
+    forwarded headers (believed from `guard.trusted_proxies` only) and slow-client limits."""
+    # uvicorn believes X-Forwarded-For from 127.0.0.1 by default: any local process could then
+    # rotate the address the auth throttle counts. Only listed proxies are believed.
+    options: dict[str, Any] = {"proxy_headers": bool(guard.trusted_proxies),
+                               "forwarded_allow_ips": ",".join(guard.trusted_proxies) or None,
+                               "http": deadline_protocol(header_timeout_s=guard.header_timeout_s,
+                                                         max_header_bytes=guard.max_header_bytes),
+                               "limit_concurrency": guard.max_connections}
     if log_format == "json":
         configure_json_logging()
         # Our logging config stays; the middleware writes one JSON line per request instead of the access log.
@@ -95,12 +106,20 @@ class Observability:
         """Add the middleware and the /metrics route to an app."""
         app.add_middleware(_ObservedRequests, observability=self)
 
-        async def metrics(request: Request) -> Response:
+        async def metrics() -> Response:
             """Prometheus metrics of this process (Authorization: Bearer <metrics token>)."""
-            self.check_token(request.headers.get("authorization"))
             return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
 
-        app.add_api_route("/metrics", metrics, methods=["GET"], include_in_schema=False)
+        app.add_api_route("/metrics", metrics, methods=["GET"], include_in_schema=False,
+                          dependencies=[Depends(self.require_metrics)])
+
+    def require_metrics(self, request: Request) -> None:
+        """Dependency of /metrics; the request guard runs the same check first (and throttles its failures)."""
+        self.check_token(request.headers.get("authorization"))
+
+    def guard_checks(self) -> dict[Any, Callable[[Headers], None]]:
+        """The request guard's entry for /metrics: its dependency and the header check."""
+        return {self.require_metrics: lambda headers: self.check_token(headers.get("authorization"))}
 
     def check_token(self, authorization: str | None) -> None:
         """404 when no metrics token is set (metrics off), 401/403 without the right one."""

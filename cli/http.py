@@ -23,6 +23,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from services.config import settings_message
 from services.errors import DomainError, raise_for
 
 err = Console(stderr=True)
@@ -151,12 +152,7 @@ def settings_error(exc: pydantic.ValidationError) -> str:
     """A settings error as one line: the variables and the rules, never the values."""
     prefix = str(getattr(exc, "title", ""))
     env = {"PartySettings": "PARTY_", "CoordinatorSettings": "COORD_"}.get(prefix, "")
-    parts = []
-    for e in exc.errors(include_input=False, include_url=False):
-        where = ".".join(str(p) for p in e["loc"])
-        msg = str(e["msg"]).removeprefix("Value error, ")
-        parts.append(f"{env}{where.upper()}: {msg}" if where else msg)
-    return f"invalid settings ({prefix}): " + "; ".join(parts)
+    return f"invalid settings ({prefix}): {settings_message(exc, env)}"
 
 
 def _one_line(exc: BaseException) -> str:

@@ -169,6 +169,9 @@ def party_proc(party_id: str, root: Path, *, port: int | None = None,
     env = {"PARTY_PARTY_ID": party_id, "PARTY_DATABASE_URL": f"sqlite:///{home / 'party.db'}",
            "PARTY_DATA_DIR": str(home), "PARTY_ADMIN_TOKEN": ADMIN, "PARTY_COORDINATOR_TOKEN": COORD_TOKEN,
            "PARTY_API_KEYS": f'["{API_KEY}"]', "PARTY_SECRET": dev_party_secret(party_id).hex(), **ONE_THREAD,
+           # The demo's secret is public (the in-process reference reproduces it): a service accepts it
+           # in dev mode only, which also keeps the party on loopback.
+           "PARTY_DEV_MODE": "1",
            "PARTY_WORKERS": str(workers), **(tls.party_env(party_id) if tls else {}), **(extra_env or {})}
     return Proc(party_id, f"{'https' if tls else 'http'}://127.0.0.1:{port}", env,
                 [sys.executable, "-m", "party_api", "--host", "127.0.0.1", "--port", str(port)], home / "log.txt",

@@ -1,4 +1,5 @@
-"""`fedrec party` sub-commands: serve, migrate, ingest a file into a running party, register users, label its evaluation split."""
+"""`fedrec party` sub-commands: serve, migrate, ingest a file into a running party, register users, label its
+evaluation split, vacuum (PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -93,6 +94,26 @@ def migrate(
     url = database_url or PartySettings().database_url
     run(url)
     err.print(f"party database at head: {url}")
+
+
+@reported
+def vacuum(
+    database_url: Annotated[str | None, typer.Option(help="default: PARTY_DATABASE_URL")] = None,
+) -> None:
+    """PostgreSQL: rewrite the party's tables and indexes (VACUUM FULL) so erased users leave no residue."""
+    from services.config import PartySettings
+    from services.db.maintenance import SQLITE_NOTE, is_postgres, vacuum_party
+
+    url = database_url or PartySettings().database_url
+    if not is_postgres(url):
+        err.print(f"[red]{SQLITE_NOTE}")
+        raise typer.Exit(1)
+    report = vacuum_party(database_url=url)
+    err.print(f"rewrote {len(report.tables)} tables: {', '.join(report.tables)}")
+    if not report.checkpoint:
+        err.print("CHECKPOINT not permitted for this role: WAL segments holding erased rows are recycled "
+                  "after the server's next checkpoints")
+    typer.echo(json.dumps({"tables": report.tables, "checkpoint": report.checkpoint}))
 
 
 def _rows(text: TextIO, fmt: FileFormat, kind: Kind) -> tuple[list[str] | None, Iterator[Any]]:
@@ -284,4 +305,5 @@ def register(app: typer.Typer) -> None:
     sub.command("evaluation-split")(evaluation_split)
     sub.command()(ingest)
     sub.command()(users)
+    sub.command()(vacuum)
     app.add_typer(sub, name="party")

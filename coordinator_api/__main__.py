@@ -8,7 +8,7 @@ import uvicorn
 
 from api_common.observability import uvicorn_options
 from coordinator_api.main import create_app
-from services.config import CoordinatorSettings
+from services.config import CoordinatorSettings, settings_or_exit
 from services.db.session import owner_only_dir, upgrade
 
 
@@ -19,11 +19,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, help="port (default: COORD_PORT or 8000)")
     args = parser.parse_args(argv)
     # --host goes through the settings so dev mode's loopback-only rule sees it.
-    settings = CoordinatorSettings(**({"host": args.host} if args.host else {}))  # type: ignore[arg-type]
+    settings = settings_or_exit(CoordinatorSettings, **({"host": args.host} if args.host else {}))
     owner_only_dir(settings.data_dir)
     upgrade(settings.database_url, environment="coordinator")
     options = uvicorn_options(log_format=settings.log_format, cert=settings.tls_cert_file, key=settings.tls_key_file,
-                              client_ca=settings.tls_client_ca_file)
+                              client_ca=settings.tls_client_ca_file, guard=settings)
     uvicorn.run(create_app(settings), host=settings.host, port=args.port or settings.port, log_level="info",
                 **options)
 

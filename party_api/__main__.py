@@ -12,7 +12,7 @@ from threadpoolctl import threadpool_limits
 from api_common.observability import configure_json_logging, uvicorn_options
 from party_api.main import create_app
 from party_api.supervise import FederationProcess, free_loopback_port
-from services.config import PartySettings
+from services.config import PartySettings, settings_or_exit
 from services.db.session import migrate, owner_only_dir
 
 
@@ -25,7 +25,7 @@ def single_threaded_blas() -> None:
 def app_from_env() -> FastAPI:
     """The app built from PARTY_* variables (uvicorn calls it in each worker process)."""
     single_threaded_blas()
-    settings = PartySettings()
+    settings = settings_or_exit(PartySettings)
     if settings.log_format == "json":
         configure_json_logging()  # a spawned worker does not inherit the parent's logging setup
     return create_app(settings)
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     # --host, --workers and --role go through the settings so their rules (dev mode on loopback only,
     # one federation process) see them.
     given = {"host": args.host, "workers": args.workers, "process_role": args.role}
-    settings = PartySettings(**{k: v for k, v in given.items() if v})  # type: ignore[arg-type]
+    settings = settings_or_exit(PartySettings, **{k: v for k, v in given.items() if v})
     owner_only_dir(settings.data_dir)
     migrate(settings.database_url)
     single_threaded_blas()
@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> None:
     # Several workers share the listening socket; each builds its own app (and serving snapshot).
     app: FastAPI | str = create_app(settings) if workers == 1 else "party_api.__main__:app_from_env"
     options = uvicorn_options(log_format=settings.log_format, cert=settings.tls_cert_file,
-                              key=settings.tls_key_file, client_ca=settings.tls_client_ca_file)
+                              key=settings.tls_key_file, client_ca=settings.tls_client_ca_file,
+                              guard=settings)
     try:
         uvicorn.run(app, host=settings.host, port=args.port or settings.port, workers=workers,
                     factory=workers > 1, log_level="info", **options)

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api_common.errors import ApiError, install_error_handlers
 from api_common.guard import install_guard
+from api_common.headers import SecurityHeaders
 from api_common.logs import redact_access_log
 from api_common.observability import Observability
 from api_common.openapi import document_guard, operation_id
@@ -109,12 +110,13 @@ def create_app(settings: PartySettings) -> FastAPI:
     install_error_handlers(app)
     document_guard(app)
     redact_access_log()  # access logs carry hashed user ids, never the ids
-    install_guard(app, settings=settings, checks=header_checks(settings),
-                  extra_limits={"social": settings.social_max_body_bytes})
     observability = Observability(service="party", metrics_token=settings.metrics_token)
+    install_guard(app, settings=settings, checks={**header_checks(settings), **observability.guard_checks()},
+                  extra_limits={"social": settings.social_max_body_bytes})
     model_version = Gauge("fedrec_serving_model_version", "Version of the serving model this process serves",
                           registry=observability.registry)
-    observability.install(app)  # outermost: every answer is timed, the guard's refusals too
+    observability.install(app)  # every answer is timed, the guard's refusals too
+    app.add_middleware(SecurityHeaders)  # outermost: every answer carries them, the guard's refusals too
     for router in routers(settings, forwarder):
         app.include_router(router)
     return app

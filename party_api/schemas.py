@@ -15,7 +15,7 @@ from pydantic import (
     WithJsonSchema,
 )
 
-from services.protocol.ids import EXTERNAL_ID_MAX, NAME_PATTERN, IdStr, checked_id
+from services.protocol.ids import EXTERNAL_ID_MAX, NAME_PATTERN, IdStr, checked_id, text_problem
 
 # Every id goes through the one validation (services.protocol.ids): length, control characters, unicode.
 ExternalId = Annotated[StrictStr | StrictInt, AfterValidator(checked_id)]
@@ -24,13 +24,17 @@ MAX_METADATA_DEPTH = 32
 
 
 def _finite_json(value: Any, depth: int = 0) -> None:
-    """Refuse NaN/Infinity (PostgreSQL's JSON has neither) and nesting deeper than MAX_METADATA_DEPTH."""
+    """Refuse NaN/Infinity (PostgreSQL's JSON has neither), control characters and bidi overrides in
+    strings and keys, and nesting deeper than MAX_METADATA_DEPTH."""
     if depth > MAX_METADATA_DEPTH:
         raise ValueError(f"nested deeper than {MAX_METADATA_DEPTH} levels")
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"{value} is not a finite number (NaN and Infinity are not JSON)")
-    if isinstance(value, str) and "\x00" in value:
-        raise ValueError("NUL character in a string")
+    texts = [value] if isinstance(value, str) else list(value) if isinstance(value, dict) else []
+    for text in texts:  # string values and keys: no NUL, no terminal escapes, no bidi overrides
+        reason = text_problem(text)
+        if reason is not None:
+            raise ValueError(reason)
     children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
     for child in children:
         _finite_json(child, depth + 1)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEV_ADMIN_TOKEN = "dev-admin-token"
@@ -38,6 +39,32 @@ def check_secrets(prefix: str, secrets: dict[str, list[str]]) -> None:
                                  "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`")
 
 
+# The demo's party secrets (services.verfedgnn.secure.dev_party_secret, what cli.localfed gives its
+# parties) are derived from the party id by a public formula: anyone can compute them.
+DEV_PARTY_SECRET_LABEL = b"fedrec-dev-party-secret|"
+DEMO_PARTY_IDS = ("party", "p1", "p2", "p3", *(f"party{k}" for k in range(16)))
+
+
+def _public_party_secret(secret: bytes, party_id: str) -> bool:
+    ids = {party_id, *DEMO_PARTY_IDS}
+    return any(secret == hashlib.sha256(DEV_PARTY_SECRET_LABEL + p.encode()).digest() for p in ids)
+
+
+def party_secret_problem(secret_hex: str, party_id: str) -> str | None:
+    """Why a PARTY_SECRET must not be used outside dev mode (a public or low-entropy value), or None.
+
+    A random secret of n bytes has almost surely more than min(n, 32) / 2 distinct byte values and
+    no constant step between its bytes; all-zero, repeated and counting secrets fail one of both.
+    """
+    secret = bytes.fromhex(secret_hex)
+    if _public_party_secret(secret, party_id):
+        return "is the demo's public secret (derived from a party id)"
+    steps = {(b - a) % 256 for a, b in zip(secret, secret[1:])}
+    if len(set(secret)) < min(len(secret), 32) // 2 or len(steps) == 1:
+        return "has too little entropy (repeated bytes or a counting pattern)"
+    return None
+
+
 def _b64(value: str) -> bytes:
     try:
         return base64.urlsafe_b64decode(value)
@@ -57,8 +84,11 @@ class GuardSettings(BaseSettings):
     # Bodies of routes without one (GET, DELETE, step calls) and of routes with small JSON bodies.
     none_max_body_bytes: int = Field(64 << 10, ge=0)
     small_max_body_bytes: int = Field(64 << 10, ge=1)
-    # JSON batches (interactions, items, evaluation split, predictions).
+    # JSON batches (interactions, items, social links: 50,000 rows of ids up to 255 characters; evaluation split).
     json_max_body_bytes: int = Field(32 << 20, ge=1)
+    # POST /v1/predictions: 10,000 pairs of ids of ~30 characters. An API key (a client app's credential)
+    # opens this route, and JSON is parsed on the event loop holding the GIL, so the bound is tight.
+    predictions_max_body_bytes: int = Field(1 << 20, ge=1)
     # Streamed CSV/NDJSON uploads (never held in memory, so the limit is about disk and time).
     bulk_max_body_bytes: int = Field(8 << 30, ge=1)
     # Binary federation bodies (PSI points, public parameters, projection sums).
@@ -66,6 +96,17 @@ class GuardSettings(BaseSettings):
     # Failed authentications per client address within the window before answers turn 429.
     auth_failure_limit: int = Field(100, ge=1)
     auth_failure_window_s: float = Field(60.0, gt=0)
+    # Addresses (or CIDR ranges) of reverse proxies whose X-Forwarded-For / X-Forwarded-Proto are believed;
+    # none by default, so a client cannot pick the address the throttle counts it under.
+    trusted_proxies: list[str] = Field(default_factory=list)
+    # Slow clients (api_common.http_protocol, api_common.guard): a request's headers must arrive within
+    # header_timeout_s of its first byte and fit max_header_bytes (408 / 431, connection closed); a body
+    # that stops arriving for body_timeout_s while the service waits for it is answered 408.
+    header_timeout_s: float = Field(10.0, gt=0, le=3600)
+    max_header_bytes: int = Field(64 << 10, ge=1024)
+    body_timeout_s: float = Field(30.0, gt=0, le=3600)
+    # Connections plus requests in progress per process; past it new requests are answered 503.
+    max_connections: int = Field(2048, ge=1)
 
 
 def check_pair(prefix: str, cert: Path | None, key: Path | None, what: str) -> None:
@@ -158,6 +199,10 @@ class PartySettings(GuardSettings):
                                      "coordinator_token": [self.coordinator_token or ""],
                                      "api_keys": self.api_keys,
                                      "metrics_token": [self.metrics_token] if self.metrics_token else []})
+            reason = party_secret_problem(self.secret, self.party_id) if self.secret else None
+            if reason:  # the message names the variable, never any part of the value
+                raise ValueError(f"PARTY_SECRET {reason}; generate one with "
+                                 "`python -c 'import secrets; print(secrets.token_hex(32))'`")
         check_pair("PARTY_", self.tls_cert_file, self.tls_key_file, "TLS")
         if self.tls_client_ca_file is not None and self.tls_cert_file is None:
             raise ValueError("PARTY_TLS_CLIENT_CA_FILE needs PARTY_TLS_CERT_FILE: client certificates need HTTPS")
@@ -249,3 +294,25 @@ class CoordinatorSettings(GuardSettings):
         """A coordinator configured for TLS (outside dev mode) registers parties at https:// URLs only."""
         tls = (self.tls_cert_file, self.party_ca_file, self.client_cert_file)
         return not self.dev_mode and any(f is not None for f in tls)
+
+
+S = TypeVar("S", PartySettings, CoordinatorSettings)
+
+
+def settings_message(exc: ValidationError, prefix: str) -> str:
+    """A settings error as one line naming the variables and the rules, never any value."""
+    parts = []
+    for error in exc.errors(include_input=False, include_url=False):
+        where = ".".join(str(part) for part in error["loc"])
+        reason = str(error["msg"]).removeprefix("Value error, ")
+        parts.append(f"{prefix}{where.upper()}: {reason}" if where else reason)
+    return "; ".join(parts)
+
+
+def settings_or_exit(cls: type[S], **overrides: Any) -> S:
+    """Read settings from the environment; on an error exit with one line (no traceback, no values)."""
+    try:
+        return cls(**overrides)
+    except ValidationError as exc:
+        prefix = str(cls.model_config.get("env_prefix", ""))
+        raise SystemExit(f"invalid settings ({cls.__name__}): {settings_message(exc, prefix)}") from None

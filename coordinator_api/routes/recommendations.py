@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from api_common.errors import error_responses
+from api_common.guard import body_class
 from api_common.params import IdPath
 from coordinator_api.deps import ApiKeyDep, FanoutDep, SessionDep
 from coordinator_api.schemas import MergedPredictions, MergedRecommendations, PredictionRequest
@@ -24,7 +25,7 @@ def recommendations(user_id: IdPath, session: SessionDep, fanout: FanoutDep,
     return MergedRecommendations(**fanout.recommendations(session=session, user_id=user_id, k=k))
 
 
-@predictions_router.post("", response_model=MergedPredictions)
+@predictions_router.post("", response_model=MergedPredictions, openapi_extra=body_class("predictions"))
 def predict(body: PredictionRequest, session: SessionDep, fanout: FanoutDep) -> MergedPredictions:
     """Predicted ratings of (user, item) pairs, each asked of the party that holds its item, in request order."""
     pairs = [(p.user_id, p.item_id, p.party_id) for p in body.pairs]

@@ -67,6 +67,7 @@ async def psi_start(run_id: NamePath, fed: FedDep) -> Response:
 @router.post("/runs/{run_id}/psi/reblind", response_class=Response, openapi_extra=FEDERATION)
 async def psi_reblind(run_id: NamePath, request: Request, fed: FedDep) -> Response:
     """Ring step of PSI: raise another party's points to this party's secret."""
+    await run_in_threadpool(fed.psi_check, run_id=run_id)  # 409 before up to 256 MiB are read
     body = await request.body()
     return _octets(await run_in_threadpool(fed.psi_reblind, run_id=run_id, body=body))
 
@@ -74,6 +75,7 @@ async def psi_reblind(run_id: NamePath, request: Request, fed: FedDep) -> Respon
 @router.post("/runs/{run_id}/psi/finish", response_model=PsiFinishResponse, openapi_extra=FEDERATION)
 async def psi_finish(run_id: NamePath, request: Request, fed: FedDep) -> PsiFinishResponse:
     """Last PSI step: map the intersection tokens to own users and store the alignment."""
+    await run_in_threadpool(fed.psi_check, run_id=run_id)  # 409 before the body is read
     body = await request.body()
     return PsiFinishResponse(n_users=await run_in_threadpool(fed.psi_finish, run_id=run_id, body=body))
 

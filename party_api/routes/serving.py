@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query
 
 from api_common.errors import error_responses
+from api_common.guard import body_class
 from api_common.params import IdPath
 from party_api.deps import CacheDep, ServingCallerDep
 from party_api.schemas import PredictionRequest, PredictionResponse, RecommendationResponse
@@ -45,7 +46,7 @@ UnknownQuery = Annotated[Literal["error", "skip"], Query(
     description="error: 404 naming the first pair with an unknown id; skip: answer the known pairs, list the others")]
 
 
-@router.post("/predictions", response_model=PredictionResponse)
+@router.post("/predictions", response_model=PredictionResponse, openapi_extra=body_class("predictions"))
 async def predict(body: PredictionRequest, cache: CacheDep, unknown: UnknownQuery = "error",
                   release: ReleaseQuery = None) -> dict[str, Any]:
     """Predicted ratings for a batch of (user, item) pairs from the served model (the active release's)."""

@@ -111,6 +111,11 @@ class FederationService:
             raise ProtocolError(f"no PSI in progress for run {run_id} (never started, finished or expired)")
         return found[1]
 
+    def psi_check(self, *, run_id: str) -> None:
+        """Conflict unless a PSI session is open for the run; the routes ask before reading a body."""
+        with self._lock:
+            self._psi_party(run_id)
+
     def psi_reblind(self, *, run_id: str, body: bytes) -> bytes:
         """Raise another party's list to this party's secret, order kept."""
         with self._lock:
@@ -129,7 +134,7 @@ class FederationService:
                 tree = unpack_tree(body)
                 own = [bytes(r) for r in np.asarray(tree["own"], np.uint8).reshape(-1, 32)]
                 common = [bytes(r) for r in np.asarray(tree["intersection"], np.uint8).reshape(-1, 32)]
-            except (ProtocolError, KeyError, ValueError) as exc:
+            except (ProtocolError, KeyError, ValueError, TypeError) as exc:  # TypeError: not a dict of arrays
                 raise _bad(exc, "PSI result") from exc
             # Every party knows the ids of the intersection, so sorting by id is a shared order that
             # reveals nothing more and keeps runs reproducible (token order changes with the secrets).

@@ -20,8 +20,8 @@ def test_1000_wrong_tokens_turn_into_429(party: Party) -> None:
         assert statuses.count(403) == party.settings.auth_failure_limit
         assert statuses[-1] == 429 and int(r.headers["Retry-After"]) >= 1
         assert r.json()["code"] == "too_many_requests"
-        # The right token from the same address waits too: guessing cannot continue by mixing in a good one.
-        assert c.get("/v1/summary", headers={"Authorization": f"Bearer {ADMIN}"}).status_code == 429
+        # The right token from the same address passes (N3: wrong tokens must not lock out valid callers).
+        assert c.get("/v1/summary", headers={"Authorization": f"Bearer {ADMIN}"}).status_code == 200
         assert c.get("/health").status_code == 200  # routes without a credential stay open
 
 

@@ -90,6 +90,7 @@ def federation(root: Path, *, n_parties: int = 3, wrap: Callable[[str, Any], Any
             settings = PartySettings(party_id=pid, database_url=url, data_dir=root / pid, admin_token=ADMIN,
                                      coordinator_token=COORD_TOKEN, api_keys=[API_KEY],
                                      secret=dev_party_secret(pid).hex(),  # the in-process reference's secrets
+                                     dev_mode=True,  # which are public: accepted in dev mode only
                                      **(party or {}))
             app = party_app(settings)
             options = server(pid) if callable(server) else (server or {})
