@@ -8,6 +8,8 @@ played by hand, step by step, and deviates.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -16,11 +18,14 @@ from services.crypto.secagg import SecAggParty, decode_fixed, prg, step_context
 from services.errors import CryptoError, ProtocolError
 from services.federation.aggregation import MaskedSum, MaskedUpload
 from services.federation.links import Message, Step
+from services.protocol import PROTOCOL_VERSION
+from services.protocol.federation import pack_tree, unpack_tree
 from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.coordinator import CoordinatorTrainer
 from services.verfedgnn.party import PartyTrainer
 from services.verfedgnn.rounds import InProcessFederation
 from services.verfedgnn.secure import agree_in_process
+from tests.support.federation import COORD_TOKEN, TINY_CONFIG, Federation, federation
 from tests.unit.verfedgnn.test_engine import tiny_parties
 
 CFG = TrainConfig(model="gcn", dim=4, layers=2, thd=1.0, seed=2)
@@ -119,3 +124,51 @@ def test_an_honest_round_still_unmasks_and_matches_the_plain_round() -> None:
     plain, masked = _federation(masked=False), _federation(masked=True)
     a, b = plain.run_round(0), masked.run_round(0)
     assert b.rmse["train"] == pytest.approx(a.rmse["train"], abs=1e-6)
+
+
+def test_the_probes_request_sequence_over_http_reveals_nothing(tmp_path: Path) -> None:
+    """The probe's requests against live parties after a finished secure run (coordinator credential)."""
+    with federation(tmp_path, n_parties=2) as fed:
+        run = fed.client.create_run(rounds=2, min_parties=2, seed=3, config=TINY_CONFIG)
+        status = fed.client.wait(run["run_id"], timeout=120)
+        assert status["state"] == "completed", status["detail"]
+        headers = {"Authorization": f"Bearer {COORD_TOKEN}", "X-Fedrec-Protocol": PROTOCOL_VERSION}
+        base = {p: f"{fed.parties[p].url}/v1/federation/runs/{run['run_id']}/rounds/6/steps" for p in ("p0", "p1")}
+        # public parameters of the run's size: taken from what the coordinator would send
+        public = {k: np.zeros(v.shape, np.float32) for k, v in _public_shapes(fed, run["run_id"]).items()}
+        opened = {}
+        for p in ("p0", "p1"):
+            answer = fed.http.post(f"{base[p]}/begin?attempt=0", headers=headers,
+                                   content=pack_tree({"public": public, "participants": ["p0", "p1"]}))
+            assert answer.status_code == 200, answer.text
+            opened[p] = unpack_tree(answer.content)
+        inbox = {"p1": opened["p1"]["secagg"]["sealed"]["p0"]}
+        masked = fed.http.post(f"{base['p0']}/projection?attempt=0&layer=0", headers=headers,
+                               content=pack_tree({"participants": ["p0", "p1"], "sealed_in": inbox}))
+        assert masked.status_code == 200, masked.text
+        # party1 asked to "recover" party0: it masked nothing at that step, so it reveals nothing
+        recover = fed.http.post(f"{base['p1']}/recovery:projection?attempt=0&layer=0", headers=headers,
+                                content=pack_tree({"survivors": ["p1"], "dropped": ["p0"]}))
+        assert recover.status_code == 409 and recover.json()["code"] == "protocol_error", recover.text
+        # party0 itself, told that p1 dropped, gives its one share of p1's step key: below the threshold (2 of 2)
+        own = fed.http.post(f"{base['p0']}/recovery:projection?attempt=0&layer=0", headers=headers,
+                            content=pack_tree({"survivors": ["p0"], "dropped": ["p1"]}))
+        assert own.status_code == 200, own.text
+        with pytest.raises(CryptoError, match="2 needed"):
+            combine_shares([tuple(unpack_tree(own.content)["key"]["p1"][0])], threshold=2)
+        # asked again with the other partition (p0 and p1 survivors): refused, once per step
+        again = fed.http.post(f"{base['p0']}/recovery:projection?attempt=0&layer=0", headers=headers,
+                              content=pack_tree({"survivors": ["p0", "p1"], "dropped": []}))
+        assert again.status_code in (200, 409)
+        if again.status_code == 200:  # the cached answer of the first request: nothing new
+            assert again.content == own.content
+
+
+def _public_shapes(fed: Federation, run_id: str) -> dict[str, np.ndarray]:
+    """The run's public parameter shapes (the model the coordinator built)."""
+    from models.vertical import build_public
+    from services.verfedgnn.config import model_config, run_config
+
+    status = fed.client.run(run_id)
+    config = run_config({k: v for k, v in TINY_CONFIG.items()}, seed=3, rounds=2)
+    return build_public(config=model_config(config), n_users=status["n_users"], seed=0).arrays()
