@@ -1,4 +1,4 @@
-"""The coordinator service: create_app(settings) wires the database, the run manager and the serving fan-out."""
+"""The coordinator service: create_app(settings) wires the database, the run manager, the scheduler and the serving fan-out."""
 
 from __future__ import annotations
 
@@ -16,17 +16,20 @@ from api_common.openapi import document_guard, operation_id
 from coordinator_api.deps import header_checks
 from coordinator_api.metrics import CoordinatorMetrics
 from coordinator_api.routes import ROUTERS
+from coordinator_api.routes.schedules import launcher
 from services.config import CoordinatorSettings
 from services.coordinator import registry
 from services.coordinator.client import party_http_client
 from services.coordinator.fanout import ServingFanout
 from services.coordinator.runner import RunManager
+from services.coordinator.schedules import Scheduler
 from services.coordinator.sealing import sealer_for
 from services.db.session import make_engine, make_sessionmaker
 
 
 def create_app(settings: CoordinatorSettings, *, resume: bool = True) -> FastAPI:
-    """Build the app; lifespan owns the engine, the run manager and the serving fan-out, and resumes unfinished runs."""
+    """Build the app; lifespan owns the engine, the run manager, the scheduler and the serving fan-out, and resumes
+    unfinished runs."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -42,9 +45,13 @@ def create_app(settings: CoordinatorSettings, *, resume: bool = True) -> FastAPI
         app.state.fanout = ServingFanout(settings=settings)
         if resume:
             app.state.manager.resume_all()
+        # After resuming: a firing sees the resumed run as active and is skipped.
+        app.state.scheduler = Scheduler(sessions=app.state.sessionmaker, launch=launcher(app.state.manager))
+        app.state.scheduler.start()
         try:
             yield
         finally:
+            app.state.scheduler.shutdown()  # before the run manager: no firing submits to a stopped one
             app.state.fanout.close()
             app.state.manager.shutdown()
             engine.dispose()

@@ -251,3 +251,31 @@ class ReleaseActivate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     force: bool = False
+
+
+class ScheduleCreate(TrainingRunCreate):
+    """A schedule: exactly one of a cron expression (UTC) or an interval, and the settings of the runs it starts.
+
+    The run settings are the fields of POST /v1/runs, checked as strictly when the schedule is created.
+    """
+
+    cron: str | None = Field(default=None, min_length=1, max_length=128,
+                             description="five-field crontab expression (minute hour day month weekday), in UTC")
+    interval_seconds: int | None = Field(default=None, ge=1, le=366 * 24 * 3600,
+                                         description="fire every this many seconds (instead of `cron`)")
+
+
+class ScheduleRead(BaseModel):
+    """A schedule, the run settings it starts runs with, and its firing record."""
+
+    schedule_id: str
+    cron: str | None
+    interval_seconds: int | None
+    run_settings: dict[str, Any] = Field(description="the POST /v1/runs fields it sets")
+    fire_count: int = Field(description="firings so far, skipped ones included")
+    skipped_count: int = Field(description="firings skipped because a run was active")
+    last_fired_at: datetime | None
+    last_outcome: str = Field(description="`started run <id>`, `skipped: run <id> active` or `failed: <reason>`")
+    last_run_id: str | None = Field(description="the run the last started firing made")
+    next_fire_at: datetime | None = Field(description="when it fires next (None while the scheduler is stopped)")
+    created_at: datetime

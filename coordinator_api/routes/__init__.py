@@ -11,9 +11,11 @@ from coordinator_api.routes import (
                             recommendations,
                             releases,
                             runs,
+                            schedules,
                             users,
 )
 
 ROUTERS: list[APIRouter] = [health.router, parties.router, runs.router, recommendations.router,
                             recommendations.predictions_router, users.router, releases.router,
+                            schedules.router,
                             dashboard.router]

@@ -13,7 +13,7 @@ from api_common.params import NamePath
 from coordinator_api.deps import AdminDep, ManagerDep, SessionDep
 from coordinator_api.schemas import RoundRead, TrainingRunCreate, TrainingRunRead
 from services.coordinator import runs
-from services.coordinator.run_config import resolve_run
+from services.coordinator.run_config import start_run
 from services.coordinator.runner import epsilon_spent, train_config
 from services.db.coordinator_tables import RoundRow, RunRow
 from services.errors import Conflict, DomainError
@@ -50,10 +50,8 @@ def create_run(body: TrainingRunCreate, session: SessionDep, manager: ManagerDep
 
     The settings are resolved and checked and the run's privacy guarantee computed before anything is stored.
     """
-    resolved = resolve_run(config=body.config, preset=body.preset, rounds=body.rounds, seed=body.seed)
-    run = runs.create(session=session, rounds=resolved.rounds, min_parties=body.min_parties, seed=body.seed,
-                      config=resolved.config, party_ids=body.party_ids)
-    manager.submit(run.run_id)
+    run = start_run(session=session, manager=manager, config=body.config, preset=body.preset, rounds=body.rounds,
+                    min_parties=body.min_parties, seed=body.seed, party_ids=body.party_ids)
     return _read(run, [])
 
 

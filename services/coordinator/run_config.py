@@ -12,8 +12,11 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Discriminator, Tag
+from sqlalchemy.orm import Session
 
-from services.coordinator.runner import train_config
+from services.coordinator import runs
+from services.coordinator.runner import RunManager, train_config
+from services.db.coordinator_tables import RunRow
 from services.crypto.interaction_dp import require_budget
 from services.errors import ValidationFailed
 from services.fedpergnn.config import DEFAULT_PRESET as FEDPERGNN_DEFAULT
@@ -179,3 +182,17 @@ def update_settings_doc(path: str) -> None:
         text = f"{head}{start}\n{block}\n{end}{rest.split(end, 1)[1]}"
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
+
+
+def start_run(*, session: Session, manager: RunManager, config: VerFedGNNRunConfig | FedPerGNNRunConfig,
+              preset: str | None, rounds: int | None, min_parties: int, seed: int,
+              party_ids: list[str] | None) -> RunRow:
+    """Resolve and check a run's settings, store it (409 while another run is active) and start it in the background.
+
+    What POST /v1/runs does and what a schedule's firing does: one path, one set of checks.
+    """
+    resolved = resolve_run(config=config, preset=preset, rounds=rounds, seed=seed)
+    run = runs.create(session=session, rounds=resolved.rounds, min_parties=min_parties, seed=seed,
+                      config=resolved.config, party_ids=party_ids)
+    manager.submit(run.run_id)
+    return run

@@ -40,6 +40,17 @@ def create(
     active = session.scalar(select(RunRow).where(RunRow.state.in_(ACTIVE_STATES)))
     if active is not None:
         raise Conflict(f"run {active.run_id} is still {active.state}", extra={"run_id": active.run_id})
+    party_ids = run_parties(session=session, party_ids=party_ids, min_parties=min_parties)
+    run = RunRow(run_id=uuid.uuid4().hex[:16], state=PENDING, detail="queued", config=config,
+                 party_ids=list(party_ids), rounds_total=rounds, rounds_done=0, min_parties=min_parties,
+                 seed=seed, bytes_sent={}, bytes_received={}, cancel_requested=False)
+    session.add(run)
+    session.commit()
+    return run
+
+
+def run_parties(*, session: Session, party_ids: list[str] | None, min_parties: int) -> list[str]:
+    """The parties of a new run (default: all enabled); 422 naming the field if unknown or fewer than min_parties."""
     if party_ids is None:
         rows = session.scalars(select(PartyRow).where(PartyRow.enabled.is_(True)).order_by(PartyRow.party_id))
         party_ids = [r.party_id for r in rows]
@@ -51,12 +62,7 @@ def create(
     if len(party_ids) < max(min_parties, 1):
         raise ValidationFailed(f"{len(party_ids)} parties registered, min_parties is {min_parties}",
                                extra={"field": "min_parties"})
-    run = RunRow(run_id=uuid.uuid4().hex[:16], state=PENDING, detail="queued", config=config,
-                 party_ids=list(party_ids), rounds_total=rounds, rounds_done=0, min_parties=min_parties,
-                 seed=seed, bytes_sent={}, bytes_received={}, cancel_requested=False)
-    session.add(run)
-    session.commit()
-    return run
+    return list(party_ids)
 
 
 def get(*, session: Session, run_id: str) -> RunRow:

@@ -1,4 +1,4 @@
-"""Coordinator database tables: party registry, training runs, rounds, public-parameter checkpoints, releases."""
+"""Coordinator database tables: party registry, training runs, rounds, public-parameter checkpoints, releases, schedules."""
 
 from __future__ import annotations
 
@@ -99,4 +99,22 @@ class ReleaseRow(CoordinatorBase):
     reason: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     activated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+
+
+class ScheduleRow(CoordinatorBase):
+    """A schedule that starts runs: a cron expression or an interval, the run settings, and its firing record."""
+
+    __tablename__ = "schedules"
+
+    schedule_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    cron: Mapped[str | None] = mapped_column(String(128), nullable=True)  # five fields, UTC
+    interval_seconds: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    run_settings: Mapped[dict[str, Any]] = mapped_column(JSON)  # the POST /v1/runs body, only what was set
+    fire_count: Mapped[int] = mapped_column(Integer, default=0)  # every firing, skipped ones included
+    skipped_count: Mapped[int] = mapped_column(Integer, default=0)  # firings while a run was active
+    last_fired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    last_outcome: Mapped[str] = mapped_column(Text, default="")
+    last_run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)  # the run the last start made
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
