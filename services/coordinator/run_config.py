@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session
 
 from services.coordinator import runs
 from services.coordinator.runner import RunManager, train_config
-from services.db.coordinator_tables import RunRow
 from services.crypto.interaction_dp import require_budget
+from services.db.coordinator_tables import RunRow
 from services.errors import ValidationFailed
 from services.fedpergnn.config import DEFAULT_PRESET as FEDPERGNN_DEFAULT
 from services.fedpergnn.config import FedPerGNNConfig, FedPerGNNRunConfig

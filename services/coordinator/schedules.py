@@ -7,6 +7,7 @@ skipped, logged, and recorded on the schedule (fire count, skipped count, last o
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -82,6 +83,8 @@ class Scheduler:
         self.sessions = sessions
         self.launch = launch
         self._scheduler = BackgroundScheduler(timezone=UTC)
+        # Two schedules firing at once must not both find no active run and both start one.
+        self._launching = threading.Lock()
 
     def start(self) -> None:
         """Add a job for every stored schedule and start timing (firings missed while stopped are not made up)."""
@@ -122,7 +125,7 @@ class Scheduler:
             if row is None:  # deleted while this firing waited
                 return "schedule deleted"
             settings = dict(row.run_settings)
-        with self.sessions() as session:
+        with self._launching, self.sessions() as session:
             try:
                 run_id = self.launch(session, settings)
                 outcome = f"started run {run_id}"

@@ -110,7 +110,7 @@ def test_interval_schedule_fires_across_a_restart_and_skips_while_a_run_is_activ
         tmp_path: Path, silent_party: str) -> None:
     url = f"sqlite:///{tmp_path / 'coordinator.db'}"
     upgrade(url, environment="coordinator")
-    settings = coordinator_settings(url, max_retries=0, preflight_timeout_s=6.0)
+    settings = coordinator_settings(url, max_retries=0, preflight_timeout_s=10.0)
     with (live_server(create_app(settings)) as server,
           httpx.Client(base_url=server.url, headers=AUTH, timeout=30) as c):
         for pid in ("a", "b"):
@@ -122,8 +122,8 @@ def test_interval_schedule_fires_across_a_restart_and_skips_while_a_run_is_activ
         run = c.get(f"/v1/runs/{first['last_run_id']}").json()
         assert run["rounds_total"] == 3 and run["config"]["dim"] == TINY_CONFIG["dim"]  # the schedule's settings
         # The unreachable parties fail the run at pre-flight, so it is over before the coordinator stops.
-        _until("first run to fail", lambda: run if (run := c.get(f"/v1/runs/{first['last_run_id']}").json())[
-            "state"] == "failed" else None)
+        _until("first run to fail", lambda: (
+            got if (got := c.get(f"/v1/runs/{first['last_run_id']}").json())["state"] == "failed" else None))
     # A new coordinator process on the same database rebuilds the schedule from its table.
     with (live_server(create_app(settings)) as server,
           httpx.Client(base_url=server.url, headers=AUTH, timeout=30) as c):
