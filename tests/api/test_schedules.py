@@ -107,8 +107,8 @@ def test_cli_schedule_add_list_rm(tmp_path: Path) -> None:
 
 
 def test_interval_schedule_fires_across_a_restart_and_skips_while_a_run_is_active(
-        tmp_path: Path, silent_party: str) -> None:
-    url = f"sqlite:///{tmp_path / 'coordinator.db'}"
+        database_url: str, silent_party: str) -> None:
+    url = database_url  # SQLite and PostgreSQL: the schedule lives in the database the restart keeps
     upgrade(url, environment="coordinator")
     settings = coordinator_settings(url, max_retries=0, preflight_timeout_s=10.0)
     with (live_server(create_app(settings)) as server,
