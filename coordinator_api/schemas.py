@@ -237,7 +237,7 @@ class ReleaseRead(BaseModel):
     round_index: int = Field(description="the round whose model the parties stored")
     valid_rmse: float | None = Field(description="pooled validation RMSE of that round (what the gate compares)")
     metrics: dict[str, float] = Field(description="that round's pooled metrics")
-    state: Literal["staged", "active", "retired", "failed"]
+    state: Literal["staged", "active", "retired", "failed", "pruned"]
     reason: str
     party_ids: list[str]
     staged: list[str] = Field(description="parties that stored the model under this release")

@@ -12,6 +12,7 @@ from pydantic import (
     Field,
     StrictInt,
     StrictStr,
+    StringConstraints,
     WithJsonSchema,
 )
 
@@ -304,6 +305,21 @@ class RecommendationResponse(BaseModel):
     model_version: int
     run_id: str
     release_id: str | None = Field(description="the coordinator release answering (null: a model published without one)")
+
+
+class ReleasesPrune(BaseModel):
+    """The coordinator's releases to keep; every other release staged here is deleted (never the active one)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    keep: list[Annotated[str, StringConstraints(pattern=NAME_PATTERN)]] = Field(max_length=1000)
+
+
+class ReleasesPruned(BaseModel):
+    """What a prune deleted: the releases' serving models and their runs' snapshots and alignments."""
+
+    pruned: list[str]
+    runs: list[str]
 
 
 class ReleaseActivated(BaseModel):

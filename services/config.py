@@ -264,6 +264,8 @@ class CoordinatorSettings(GuardSettings):
     # Promotion gate: a run's release becomes active only if its pooled validation RMSE is at most the
     # active release's plus this (else it stays staged with both figures; an admin may force it).
     release_tolerance: float = Field(0.005, ge=0.0)
+    # Retention: the newest this many releases (and always the active one) keep their models at the parties.
+    releases_keep: int = Field(5, ge=1, le=1000)
 
     @model_validator(mode="after")
     def _secrets(self) -> CoordinatorSettings:

@@ -17,6 +17,8 @@ from party_api.schemas import (
     PublishRequest,
     PublishResponse,
     ReleaseActivated,
+    ReleasesPrune,
+    ReleasesPruned,
     SplitRequest,
     SplitResponse,
 )
@@ -133,6 +135,15 @@ def activate_release(release_id: NamePath, session: SessionDep, cache: CacheDep)
     version = serving.activate(session=session, release_id=release_id)
     cache.refresh()  # this process at once; the others at their next poll (PARTY_SERVING_REFRESH_S)
     return ReleaseActivated(release_id=release_id, version=version)
+
+
+@router.post("/releases/prune", response_model=ReleasesPruned, openapi_extra=SMALL)
+def prune_releases(body: ReleasesPrune, session: SessionDep, fed: FedDep) -> ReleasesPruned:
+    """Retention: delete every release staged here that is not in `keep` (never the active one) with its run's
+    trainer snapshots and alignment."""
+    pruned, runs = serving.prune_releases(session=session, keep=body.keep)
+    fed.forget(runs=runs, psi=False)  # a pruned run's trainer is not kept in memory either
+    return ReleasesPruned(pruned=pruned, runs=runs)
 
 
 admin_router = APIRouter(prefix="/v1/evaluation-split", tags=["evaluation"], dependencies=[AdminDep],

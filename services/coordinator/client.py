@@ -270,6 +270,11 @@ class PartyClient:
         path = party_path("v1", "federation", "releases", release_id, "activate")
         return int(self.post_json(path, {})["version"])
 
+    def prune_releases(self, *, keep: list[str]) -> list[str]:
+        """Make the party delete every staged release not in `keep` (never its active one); the ids it pruned."""
+        path = party_path("v1", "federation", "releases", "prune")
+        return list(self.post_json(path, {"keep": keep})["pruned"])
+
 
 class HttpLink:
     """A `Link` over HTTP: one party's federation API, for one run (every protocol's steps)."""

@@ -5,6 +5,10 @@ model under its id and the promotion gate lets it (or an admin forces it); the r
 becomes `retired` and may be activated again (a rollback, no gate). A release whose staging could not
 even be asked of its parties is `failed`. The serving fan-out asks the parties for the active release
 only, so answers of two releases are never merged.
+
+Retention: after each activation only the `keep` newest releases (COORD_RELEASES_KEEP) and the active one
+stay; every older one becomes `pruned` (its record stays, its model is gone) and every party is told which
+releases to keep, deleting the others' models and their runs' trainer snapshots and alignments.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from services.db.coordinator_tables import ReleaseRow
 from services.errors import Conflict, NotFound, PartyUnavailable
 from services.federation.fanout import fan_out
 
-STAGED, ACTIVE, RETIRED, FAILED = "staged", "active", "retired", "failed"
+STAGED, ACTIVE, RETIRED, FAILED, PRUNED = "staged", "active", "retired", "failed", "pruned"
 Clients = Callable[[list[str]], dict[str, PartyClient]]
 
 
@@ -84,9 +88,9 @@ class Releases:
     """Stages and activates releases at the parties; one activation at a time."""
 
     def __init__(self, *, sessions: sessionmaker[Session], clients: Clients, pool: ThreadPoolExecutor,
-                 tolerance: float, lock: threading.Lock) -> None:
+                 tolerance: float, lock: threading.Lock, keep: int = 5) -> None:
         self.sessions, self.clients, self.pool = sessions, clients, pool
-        self.tolerance, self.lock = tolerance, lock
+        self.tolerance, self.lock, self.keep = tolerance, lock, keep
 
     def publish(self, *, run_id: str, party_ids: list[str], round_index: int,
                 metrics: dict[str, float]) -> ReleaseRow:
@@ -105,10 +109,12 @@ class Releases:
                 f"{p} ({why})" for p, why in sorted(failures.items()))
             _set(session, row, staged=sorted(answers), reason=reason or "staged at every party")
         if failures:
+            self.prune()
             return self.read(release_id)
         try:
             return self.activate(release_id=release_id, automatic=True)
         except (Conflict, PartyUnavailable):
+            self.prune()  # retention counts held releases too
             return self.read(release_id)  # stays staged; the reason is in the record
 
     def read(self, release_id: str) -> ReleaseRow:
@@ -142,10 +148,32 @@ class Releases:
                                                    "passed the gate" if automatic or previous else "first release")
                 _set(session, get(session=session, release_id=release_id), state=ACTIVE,
                      reason=f"active at every party ({how})", activated_at=datetime.now(UTC))
+            self.prune()
             return self.read(release_id)
+
+    def prune(self) -> dict[str, str]:
+        """Apply retention: releases past the `keep` newest (never the active one) become `pruned`, and every
+        party of any release is told the ids to keep; returns the parties that could not be told, with why.
+
+        The parties get the ids to keep rather than to delete, so a party missed now catches up at the next prune.
+        """
+        with self.sessions() as session:
+            rows = list_releases(session=session)
+            kept = [r for i, r in enumerate(rows) if r.state != PRUNED and (i < self.keep or r.state == ACTIVE)]
+            for row in rows:
+                if row.state != PRUNED and row not in kept:
+                    _set(session, row, state=PRUNED, reason=f"pruned: older than the newest {self.keep} releases "
+                                                            f"(COORD_RELEASES_KEEP); was {row.state}")
+            keep_ids = sorted(r.release_id for r in kept)
+            parties = sorted({p for r in rows for p in r.party_ids})
+        clients = self.clients(parties)
+        _, failures = fan_out(self.pool, clients, lambda c: c.prune_releases(keep=keep_ids))
+        return failures
 
     def _check(self, session: Session, row: ReleaseRow, current: ReleaseRow | None, *, force: bool) -> None:
         """Refuse (409, reason kept in the record) a release that may not become active."""
+        if row.state == PRUNED:
+            raise Conflict(f"release {row.release_id} was pruned: {row.reason}", extra={"release_id": row.release_id})
         if row.state == FAILED:
             raise Conflict(f"release {row.release_id} failed: {row.reason}", extra={"release_id": row.release_id})
         missing = sorted(set(row.party_ids) - set(row.staged))

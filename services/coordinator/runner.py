@@ -112,7 +112,8 @@ class RunManager:
     def releases(self) -> Releases:
         """Staging and activation of releases at the parties (the runner's and the releases API's)."""
         return Releases(sessions=self.sessions, clients=lambda ids: self._clients(ids, TrafficCounter()),
-                        pool=self._pool, tolerance=self.settings.release_tolerance, lock=self._release_lock)
+                        pool=self._pool, tolerance=self.settings.release_tolerance, lock=self._release_lock,
+                        keep=self.settings.releases_keep)
 
     def submit(self, run_id: str) -> None:
         """Queue a run for execution."""

@@ -79,11 +79,13 @@ class FederationService:
         self._psi: dict[str, tuple[float, PsiParty]] = {}  # run id -> (started, secret and own ids)
         self._runs: dict[str, _Run] = {}
 
-    def forget(self, *, runs: list[str]) -> None:
+    def forget(self, *, runs: list[str], psi: bool = True) -> None:
         """After an erasure: abandon PSI in progress (it holds the user list) and drop the given runs from
-        memory, so their next call rebuilds them from the rewritten alignment and the remaining ratings."""
+        memory, so their next call rebuilds them from the rewritten alignment and the remaining ratings
+        (after a release prune, `psi=False`: only the pruned runs go)."""
         with self._lock:
-            self._psi.clear()
+            if psi:
+                self._psi.clear()
             for run_id in runs:
                 self._runs.pop(run_id, None)
 

@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -161,6 +161,38 @@ def activate(*, session: Session, release_id: str) -> int:
     mark_changed(session=session)
     session.commit()
     return int(version)
+
+
+def prune_releases(*, session: Session, keep: list[str]) -> tuple[list[str], list[str]]:
+    """Delete every staged release not in `keep` (never the active one): its serving model and its run's
+    trainer snapshots, alignment and settings. Returns (pruned release ids, their runs), sorted."""
+    active = _get(session, ACTIVE_RELEASE_KEY)
+    kept = set(keep) | ({str(active)} if active is not None else set())
+    staged = session.execute(select(FederationState.key, FederationState.value)
+                             .where(FederationState.key.startswith(STAGED_PREFIX, autoescape=True))).all()
+    kept_versions = {int(v) for k, v in staged if k.removeprefix(STAGED_PREFIX) in kept and v is not None}
+    pruned, runs = [], set()
+    for key, version in staged:
+        if key.removeprefix(STAGED_PREFIX) in kept:
+            continue
+        row = None if version is None else session.scalar(
+            select(ModelArtifact).where(ModelArtifact.name == ARTIFACT_NAME, ModelArtifact.version == int(version)))
+        if row is not None and int(row.version) not in kept_versions:
+            run_id = (row.meta or {}).get("run_id")
+            if run_id:
+                runs.add(str(run_id))
+            session.delete(row)
+        session.execute(delete(FederationState).where(FederationState.key == key))
+        pruned.append(key.removeprefix(STAGED_PREFIX))
+    # A kept release's run keeps its artifacts (a resumed publish or a warm start may read them).
+    kept_runs = {str((m or {}).get("run_id")) for v, m in session.execute(
+        select(ModelArtifact.version, ModelArtifact.meta).where(ModelArtifact.name == ARTIFACT_NAME)) if int(v) in kept_versions}
+    runs -= kept_runs
+    for run_id in runs:
+        session.execute(delete(ModelArtifact).where(ModelArtifact.name.in_([f"trainer:{run_id}", f"alignment:{run_id}"])))
+        session.execute(delete(FederationState).where(FederationState.key == f"run:{run_id}"))
+    session.commit()
+    return sorted(pruned), sorted(runs)
 
 
 def served(*, session: Session) -> tuple[int, str | None] | None:

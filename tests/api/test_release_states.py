@@ -34,9 +34,17 @@ class FakeParty:
         self.serving = release_id
         return 1
 
+    def prune_releases(self, *, keep: list[str]) -> list[str]:
+        if self.down:
+            raise PartyUnavailable(f"party {self.party_id} unavailable")
+        gone = sorted(self.staged - set(keep) - {self.serving})
+        self.staged -= set(gone)
+        return gone
+
 
 @pytest.fixture
-def world(database_url: str) -> Iterator[tuple[sessionmaker[Session], dict[str, FakeParty], Releases]]:
+def world(database_url: str, request: pytest.FixtureRequest) -> Iterator[
+        tuple[sessionmaker[Session], dict[str, FakeParty], Releases]]:
     upgrade(database_url, environment="coordinator")
     engine = make_engine(database_url)
     sessions = make_sessionmaker(engine)
@@ -48,7 +56,7 @@ def world(database_url: str) -> Iterator[tuple[sessionmaker[Session], dict[str, 
     clients: Any = lambda ids: {p: parties[p] for p in ids}
     try:
         yield sessions, parties, Releases(sessions=sessions, clients=clients, pool=pool, tolerance=0.005,
-                                          lock=threading.Lock())
+                                          lock=threading.Lock(), keep=getattr(request, "param", 5))
     finally:
         pool.shutdown()
         engine.dispose()
@@ -110,3 +118,27 @@ def test_a_party_missing_staging_or_activation_keeps_the_previous_release(
     with sessions() as s:
         assert releases.active(session=s) is not None
         assert [r.release_id for r in releases.list_releases(session=s)] == ["release-3", "release-2", "release-1"]
+
+
+@pytest.mark.parametrize("world", [2], indirect=True)
+def test_retention_keeps_the_newest_and_the_active(
+        world: tuple[sessionmaker[Session], dict[str, FakeParty], Releases]) -> None:
+    sessions, parties, rel = world
+    _publish(sessions, rel, 0.90)  # release-1, active
+    for valid in (1.2, 1.3, 1.4):  # held by the gate: release-1 stays active
+        assert _publish(sessions, rel, valid).state == "staged"
+    with sessions() as s:
+        states = {r.release_id: r.state for r in releases.list_releases(session=s)}
+    assert states == {"release-4": "staged", "release-3": "staged", "release-2": "pruned", "release-1": "active"}
+    assert "COORD_RELEASES_KEEP" in rel.read("release-2").reason
+    assert {frozenset(p.staged) for p in parties.values()} == {frozenset({"release-1", "release-3", "release-4"})}
+    with pytest.raises(Conflict, match="pruned"):
+        rel.activate(release_id="release-2", force=True)
+    # A party down at a prune catches up at the next one (it is told what to keep, not what to delete).
+    parties["b"].down = True
+    assert _publish(sessions, rel, 1.5).staged == ["a"]  # release-5; release-3 pruned, at a only
+    assert rel.read("release-3").state == "pruned" and "release-3" in parties["b"].staged
+    parties["b"].down = False
+    assert rel.activate(release_id="release-4", force=True).state == "active"
+    assert rel.read("release-1").state == "pruned" and rel.read("release-5").state == "staged"
+    assert parties["a"].staged == {"release-4", "release-5"} and parties["b"].staged == {"release-4"}
