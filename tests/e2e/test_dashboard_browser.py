@@ -128,3 +128,33 @@ def test_index_lists_runs_and_links_to_their_pages(tmp_path: Path) -> None:
             browser.save_screenshot(str(tmp_path / "dp-run.png"))
         finally:
             browser.quit()
+
+
+@pytest.mark.slow
+def test_index_lists_releases_and_activates_one(tmp_path: Path) -> None:
+    # A wide gate tolerance: the second run's release becomes active whatever its figures, so the first is retired.
+    with federation(tmp_path, n_parties=2, release_tolerance=100.0) as fed:
+        for seed in (0, 1):
+            run = fed.client.create_run(rounds=2, min_parties=2, seed=seed, config=TINY_CONFIG)
+            assert fed.client.wait(run["run_id"], timeout=300)["state"] == "completed"
+        admin = {"Authorization": f"Bearer {ADMIN}"}
+        before = {r["release_id"]: r["state"] for r in httpx.get(f"{fed.coordinator.url}/v1/releases",
+                                                                 headers=admin, timeout=30).json()}
+        assert before == {"release-1": "retired", "release-2": "active"}
+        browser = _browser()
+        try:
+            browser.get(f"{fed.coordinator.url}/dashboard#token={ADMIN}")
+            wait = WebDriverWait(browser, 60, poll_frequency=0.1)
+            wait.until(lambda _: len(browser.find_elements(By.CSS_SELECTOR, "#releases tbody tr")) == 2)
+            assert "active" in browser.find_element(By.ID, "release-release-2").text
+            assert not browser.find_elements(By.CSS_SELECTOR, "#release-release-2 button.activate")
+            browser.find_element(By.CSS_SELECTOR, "#release-release-1 button.activate").click()
+            status = browser.find_element(By.ID, "release-status")
+            wait.until(lambda _: "release-1 is active" in status.text)
+            assert "rollback" in status.text
+            wait.until(lambda _: "active" in browser.find_element(By.ID, "release-release-1").text)
+        finally:
+            browser.quit()
+        after = {r["release_id"]: r["state"] for r in httpx.get(f"{fed.coordinator.url}/v1/releases",
+                                                                headers=admin, timeout=30).json()}
+        assert after == {"release-1": "active", "release-2": "retired"}
