@@ -138,6 +138,7 @@ class Releases:
                     self._check(session, row, current, force=force)
             if again:  # already active: told again, so a party that missed it (or was switched) follows
                 self._switch(release_id, parties, None)
+                self.prune()
                 return self.read(release_id)
             self._switch(release_id, parties, previous)
             with self.sessions() as session:
