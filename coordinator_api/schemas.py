@@ -241,9 +241,9 @@ class ReleaseRead(BaseModel):
     reason: str
     party_ids: list[str]
     staged: list[str] = Field(description="parties that stored the model under this release")
-    created_at: datetime
-    activated_at: datetime | None
-    updated_at: datetime
+    created_at: Timestamp
+    activated_at: Timestamp | None
+    updated_at: Timestamp
 
 
 class ReleaseActivate(BaseModel):
@@ -274,8 +274,8 @@ class ScheduleRead(BaseModel):
     run_settings: dict[str, Any] = Field(description="the POST /v1/runs fields it sets")
     fire_count: int = Field(description="firings so far, skipped ones included")
     skipped_count: int = Field(description="firings skipped because a run was active")
-    last_fired_at: datetime | None
+    last_fired_at: Timestamp | None
     last_outcome: str = Field(description="`started run <id>`, `skipped: run <id> active` or `failed: <reason>`")
     last_run_id: str | None = Field(description="the run the last started firing made")
-    next_fire_at: datetime | None = Field(description="when it fires next (None while the scheduler is stopped)")
-    created_at: datetime
+    next_fire_at: Timestamp | None = Field(description="when it fires next (None while the scheduler is stopped)")
+    created_at: Timestamp
