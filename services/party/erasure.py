@@ -18,6 +18,8 @@ What a party keeps about a user, and what erasure does with it:
 
 from __future__ import annotations
 
+import time
+
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -129,8 +131,23 @@ def erase_user(*, session: Session, external_id: str, federation: FederationServ
     return report
 
 
+CHECKPOINT_DEADLINE_S = 10.0
+
+
 def _checkpoint(session: Session) -> None:
-    """SQLite: move the WAL into the database file (whose freed pages secure_delete zeroed) and truncate it."""
-    if session.get_bind().dialect.name == "sqlite":
-        session.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
+    """SQLite: move the WAL into the database file (whose freed pages secure_delete zeroed) and truncate it.
+
+    A reader elsewhere (another worker's serving refresh) can keep the checkpoint from completing, which
+    would leave the pages from before the erasure in the database file: it is retried until it completes,
+    within a deadline.
+    """
+    if session.get_bind().dialect.name != "sqlite":
+        return
+    session.commit()
+    end = time.monotonic() + CHECKPOINT_DEADLINE_S
+    while True:
+        busy = session.execute(text("PRAGMA wal_checkpoint(TRUNCATE)")).first()
         session.commit()
+        if busy is None or not busy[0] or time.monotonic() > end:
+            return
+        time.sleep(0.05)
