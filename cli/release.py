@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated
 
-import httpx
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from cli.http import Tls, checked, reported, service_client
-
-out = Console(width=None if sys.stdout.isatty() else 160)  # tables unwrapped in logs and pipes
-
-UrlOpt = Annotated[str, typer.Option(envvar="FEDREC_COORDINATOR_URL", help="coordinator base URL")]
-TokenOpt = Annotated[str | None, typer.Option(envvar="COORD_ADMIN_TOKEN", help="admin token (default COORD_ADMIN_TOKEN)")]
-
-
-def _client(url: str, token: str | None, tls: Tls) -> httpx.Client:
-    return service_client(url, tls=tls, service="coordinator", token=token,
-                          credential="--token (or COORD_ADMIN_TOKEN), the coordinator's admin token")
+from cli.coordinator import TokenOpt, UrlOpt, client, out
+from cli.http import Tls, checked, reported
 
 
 def _rmse(value: float | None) -> str:
@@ -31,7 +19,7 @@ def _rmse(value: float | None) -> str:
 @reported
 def list_releases(url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt = None, *, tls: Tls) -> None:
     """List the releases, newest first, with state and pooled validation RMSE."""
-    with _client(url, token, tls) as c:
+    with client(url, token, tls) as c:
         listed = checked(c.get("/v1/releases"))
     table = Table("release", "state", "run", "round", "valid RMSE", "created", "reason")
     table.columns[0].no_wrap = True
@@ -44,7 +32,7 @@ def list_releases(url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt = None,
 @reported
 def show(release_id: str, url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt = None, *, tls: Tls) -> None:
     """Show one release as JSON."""
-    with _client(url, token, tls) as c:
+    with client(url, token, tls) as c:
         out.print_json(data=checked(c.get(f"/v1/releases/{release_id}")))
 
 
@@ -52,7 +40,7 @@ def show(release_id: str, url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt
 def activate(release_id: str, url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt = None,
              force: Annotated[bool, typer.Option(help="override the promotion gate")] = False, *, tls: Tls) -> None:
     """Serve a release at every party (a retired one: rollback; a staged one passes the gate unless --force)."""
-    with _client(url, token, tls) as c:
+    with client(url, token, tls) as c:
         row = checked(c.post(f"/v1/releases/{release_id}/activate", json={"force": force}))
     out.print(f"release {row['release_id']}: {row['state']} ({escape(row['reason'])})")
 

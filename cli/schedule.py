@@ -3,26 +3,14 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import Annotated, Any
 
-import httpx
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from cli.http import CliError, Tls, checked, reported, service_client
-
-out = Console(width=None if sys.stdout.isatty() else 160)  # tables unwrapped in logs and pipes
-
-UrlOpt = Annotated[str, typer.Option(envvar="FEDREC_COORDINATOR_URL", help="coordinator base URL")]
-TokenOpt = Annotated[str | None, typer.Option(envvar="COORD_ADMIN_TOKEN", help="admin token (default COORD_ADMIN_TOKEN)")]
-
-
-def _client(url: str, token: str | None, tls: Tls) -> httpx.Client:
-    return service_client(url, tls=tls, service="coordinator", token=token,
-                          credential="--token (or COORD_ADMIN_TOKEN), the coordinator's admin token")
+from cli.coordinator import TokenOpt, UrlOpt, client, out
+from cli.http import CliError, Tls, checked, reported
 
 
 @reported
@@ -56,7 +44,7 @@ def add(
     body.update({k: v for k, v in (("cron", cron), ("interval_seconds", interval), ("preset", preset),
                                    ("rounds", rounds), ("min_parties", min_parties), ("seed", seed))
                  if v is not None})
-    with _client(url, token, tls) as c:
+    with client(url, token, tls) as c:
         row = checked(c.post("/v1/schedules", json=body))
     out.print(f"schedule {row['schedule_id']}: next firing {row['next_fire_at'] or '-'}")
 
@@ -64,7 +52,7 @@ def add(
 @reported
 def list_schedules(url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt = None, *, tls: Tls) -> None:
     """List the schedules with their timing and firing record."""
-    with _client(url, token, tls) as c:
+    with client(url, token, tls) as c:
         listed = checked(c.get("/v1/schedules"))
     table = Table("schedule", "when", "fired", "skipped", "last fired", "last outcome", "next")
     table.columns[0].no_wrap = True
@@ -79,7 +67,7 @@ def list_schedules(url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt = None
 @reported
 def rm(schedule_id: str, url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt = None, *, tls: Tls) -> None:
     """Delete a schedule (the runs it started are kept)."""
-    with _client(url, token, tls) as c:
+    with client(url, token, tls) as c:
         checked(c.delete(f"/v1/schedules/{schedule_id}"))
     out.print(f"schedule {schedule_id} deleted")
 
