@@ -189,7 +189,7 @@ class PartyClient:
 
     def get_json(self, path: str, *, params: dict[str, Any] | None = None,
                  headers: dict[str, str] | None = None) -> dict[str, Any]:
-        """GET (used by serving fan-out) without retries; a 4xx is raised as the domain error it names."""
+        """GET (the pre-flight) without retries; a 4xx is raised as the domain error it names."""
         try:
             resp = self.http.get(f"{self.endpoint.url}{path}", params=params, headers={**(headers or {}), **_trace()},
                                  timeout=self.timeout_s, extensions=self._tls)
@@ -210,11 +210,6 @@ class PartyClient:
 
     def _step_path(self, run_id: str, round_index: int, attempt: int, *step: str | int) -> str:
         return self._run_path(run_id, "rounds", round_index, *step) + f"?attempt={int(attempt)}"
-
-    def recommendations(self, *, user_id: str, k: int) -> dict[str, Any]:
-        """Serving fan-out: the party's top-k for a user, asked with the coordinator's credential."""
-        return self.get_json(party_path("v1", "users", user_id, "recommendations"), params={"k": k},
-                             headers={"Authorization": f"Bearer {self.endpoint.token}"})
 
     def preflight(self) -> dict[str, Any]:
         """Pre-flight: the party's id, protocol version, whether it holds data (credential and version checked)."""
