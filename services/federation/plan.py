@@ -98,11 +98,12 @@ class ProtocolPlan(Protocol):
     def load(self, *, config: Any, party_id: str, table: RatingTable, user_order: Sequence[str],
              item_order: Sequence[str], total_items: int, rating_range: tuple[float, float],
              local_seed: int) -> Any:
-        """The party's training data for the aligned users (randomized here when the run asks for DP)."""
+        """The party's training data for the aligned users, and for its other users where the protocol trains
+        them privately (randomized here when the run asks for DP)."""
         ...
 
     def announce(self, data: Any) -> tuple[int, float]:
-        """What the party tells the coordinator: (training interactions, their rating sum)."""
+        """What the party tells the coordinator: (training interactions, their rating sum) of the aligned users."""
         ...
 
     def party(self, *, config: Any, data: Any, seeds: Seeds, item_counts: Mapping[str, int],
