@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -47,6 +48,9 @@ class PartyData:
     test: RatingTriples = field(default_factory=RatingTriples.empty)
     rating_min: float = 1.0  # predictions are clamped to the rating range when scored
     rating_max: float = 5.0
+    # implicit: each triple is an interaction and its "rating" its weight (≥ 0, 1 unless given);
+    # the party then trains the ranking objective only and reports no rating errors
+    feedback: Literal["explicit", "implicit"] = "explicit"
 
     def split(self, name: str) -> RatingTriples:
         """Ratings of split `name` (train/valid/test)."""
