@@ -26,9 +26,9 @@ def implicit(tmp_path: Path) -> Iterator[Party]:
     migrate(url)
     settings = party_settings(url, feedback="implicit")
     engine = make_engine(url)
-    with live_server(create_app(settings)) as server:
-        with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=60) as admin:
-            yield Party(server.url, settings, admin, engine)
+    with (live_server(create_app(settings)) as server,
+          httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=60) as admin):
+        yield Party(server.url, settings, admin, engine)
     engine.dispose()
 
 

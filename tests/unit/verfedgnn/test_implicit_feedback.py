@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Literal
 
 import numpy as np
 import pytest
@@ -95,10 +96,14 @@ def test_implicit_party_refuses_a_run_without_the_ranking_objective() -> None:
         PartyTrainer(config=rating_only, data=_implicit(), seed=0)
     table = RatingTable(np.array(["u1", "u2"], dtype=object), np.array(["a", "b"], dtype=object),
                         np.ones(2, np.float32), np.zeros(2, np.int8))
-    args = dict(party_id="p", table=table, user_order=["u1", "u2"], item_order=["a", "b"], total_items=2,
-                rating_range=(1.0, 5.0), local_seed=1)
+
+    def load(config: TrainConfig, feedback: Literal["explicit", "implicit"]) -> PartyData:
+        return load_party_data(config=config, party_id="p", table=table, user_order=["u1", "u2"],
+                               item_order=["a", "b"], total_items=2, rating_range=(1.0, 5.0), local_seed=1,
+                               feedback=feedback)
+
     with pytest.raises(PolicyRefused, match="rank_weight") as err:
-        load_party_data(config=rating_only, feedback="implicit", **args)  # type: ignore[arg-type]
+        load(rating_only, "implicit")
     assert err.value.extra["field"] == "config.rank_weight"
-    assert load_party_data(config=rating_only, **args).feedback == "explicit"  # type: ignore[arg-type]
-    assert load_party_data(config=CFG, feedback="implicit", **args).implicit  # type: ignore[arg-type]
+    assert load(rating_only, "explicit").feedback == "explicit"
+    assert load(CFG, "implicit").implicit
