@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from services.errors import PolicyRefused, ProtocolError
+from services.evaluation.harness import Federation, alone, merge_parties
 from services.federation.plan import RatingTable
 from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.coordinator import CoordinatorTrainer
@@ -107,3 +108,13 @@ def test_implicit_party_refuses_a_run_without_the_ranking_objective() -> None:
     assert err.value.extra["field"] == "config.rank_weight"
     assert load(rating_only, "explicit").feedback == "explicit"
     assert load(CFG, "implicit").implicit
+
+
+def test_the_in_process_harness_keeps_the_feedback_kind() -> None:
+    explicit, implicit = tiny_parties()
+    implicit = replace(implicit, feedback="implicit")
+    assert alone(implicit).implicit and not alone(explicit).implicit
+    both = Federation([replace(explicit, feedback="implicit"), implicit], explicit.n_users, 0.0)
+    assert merge_parties(both).implicit
+    with pytest.raises(ValueError, match="cannot be merged"):
+        merge_parties(Federation([explicit, implicit], explicit.n_users, 3.0))
