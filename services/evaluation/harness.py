@@ -99,14 +99,16 @@ def merge_parties(fed: Federation) -> PartyData:
                              np.concatenate([t.items + offsets[k] for k, t in enumerate(parts)]),
                              np.concatenate([t.ratings for t in parts]))
     first = fed.parties[0]
+    if len({p.feedback for p in fed.parties}) > 1:
+        raise ValueError("explicit and implicit parties cannot be merged into one party")
     return PartyData("central", fed.n_users, int(offsets[-1]), int(offsets[-1]), cat("train"), cat("valid"),
-                     cat("test"), first.rating_min, first.rating_max)
+                     cat("test"), first.rating_min, first.rating_max, feedback=first.feedback)
 
 
 def alone(data: PartyData) -> PartyData:
     """The party as if it were the whole federation (local-only training)."""
     return PartyData(data.party_id, data.n_users, data.n_items, data.n_items, data.train, data.valid, data.test,
-                     data.rating_min, data.rating_max)
+                     data.rating_min, data.rating_max, feedback=data.feedback)
 
 
 def train_rounds(run_round: Callable[[int], RoundMetrics], *, config: TrainConfig, protocol: str,

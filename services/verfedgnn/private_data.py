@@ -22,7 +22,9 @@ def training_data(data: PartyData, *, config: TrainConfig, local_seed: int) -> P
     if config.dp_epsilon is None:
         return data
     tr = data.train
+    # implicit feedback: a cell is absent or an interaction (binary response; the weights are not released)
+    levels = np.ones(1, np.float32) if data.implicit else rating_levels(data.rating_min, data.rating_max)
     u, i, r = randomize_interactions(users=tr.users, items=tr.items, ratings=tr.ratings, n_users=data.n_users,
-                                     n_items=data.n_items, levels=rating_levels(data.rating_min, data.rating_max),
+                                     n_items=data.n_items, levels=levels,
                                      epsilon=config.dp_epsilon, rng=np.random.default_rng([local_seed, _RR_TAG]))
     return replace(data, train=RatingTriples(u.astype(np.int64), i.astype(np.int64), r))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -47,6 +48,20 @@ class PartyData:
     test: RatingTriples = field(default_factory=RatingTriples.empty)
     rating_min: float = 1.0  # predictions are clamped to the rating range when scored
     rating_max: float = 5.0
+    # implicit: each triple is an interaction and its "rating" its weight (> 0, 1 unless given);
+    # the party then trains the ranking objective only and reports no rating errors
+    feedback: Literal["explicit", "implicit"] = "explicit"
+
+    @property
+    def implicit(self) -> bool:
+        """True when the triples are interactions (weights), not ratings."""
+        return self.feedback == "implicit"
+
+    def mean_sums(self) -> tuple[int, float]:
+        """(count, sum) of training ratings this party adds to the global mean μ: none for implicit feedback."""
+        if self.implicit:  # weights are not ratings: μ stays the explicit parties' mean
+            return 0, 0.0
+        return len(self.train), float(self.train.ratings.sum())
 
     def split(self, name: str) -> RatingTriples:
         """Ratings of split `name` (train/valid/test)."""
@@ -119,6 +134,7 @@ def rmse_mae(sums: list[MetricSums]) -> tuple[float, float]:
 def build_party_data(
     *, party_id: str, user_order: list[str], item_order: list[str], users: list[str], items: list[str],
     ratings: np.ndarray, codes: np.ndarray, total_items: int, rating_min: float, rating_max: float,
+    feedback: Literal["explicit", "implicit"] = "explicit",
 ) -> PartyData:
     """PartyData over the aligned users (in `user_order`) and own items; ratings of other users are dropped.
 
@@ -141,4 +157,4 @@ def build_party_data(
 
     return PartyData(party_id=party_id, n_users=len(user_order), n_items=len(item_order), total_items=total_items,
                      train=part(SPLIT_CODES["train"]), valid=part(SPLIT_CODES["valid"]),
-                     test=part(SPLIT_CODES["test"]), rating_min=rating_min, rating_max=rating_max)
+                     test=part(SPLIT_CODES["test"]), rating_min=rating_min, rating_max=rating_max, feedback=feedback)
