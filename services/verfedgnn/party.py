@@ -95,7 +95,11 @@ class PartyTrainer:
         self.party_id = data.party_id
         self.arch = model_config(config)
         tr = data.aligned("train")
-        keep = tr.ratings >= config.thd  # only high ratings are graph edges; all ratings are targets
+        if data.implicit and config.rank_weight <= 0:
+            raise ProtocolError(f"party {data.party_id}: implicit feedback trains the ranking objective only, "
+                                "which needs rank_weight > 0")
+        # only high ratings are graph edges (all ratings are targets); every implicit interaction is one
+        keep = self._edges(tr)
         self.graph = BipartiteGraph.from_edges(torch.from_numpy(tr.users[keep]), torch.from_numpy(tr.items[keep]),
                                                n_users=data.n_users, n_items=data.n_items,
                                                levels=torch.from_numpy(self._levels(tr.ratings[keep])),
@@ -133,7 +137,7 @@ class PartyTrainer:
         """Rows, optimizer, graph and targets of the private users (indices n_users.. of the data, from 0 here)."""
         data, config = self.data, self.config
         own = data.private("train")
-        keep = own.ratings >= config.thd
+        keep = self._edges(own)
         graph = BipartiteGraph.from_edges(torch.from_numpy(own.users[keep]), torch.from_numpy(own.items[keep]),
                                           n_users=data.n_private, n_items=data.n_items,
                                           levels=torch.from_numpy(self._levels(own.ratings[keep])),
@@ -160,11 +164,17 @@ class PartyTrainer:
         return (torch.from_numpy(users), torch.from_numpy(seen), torch.from_numpy(rows.astype(np.int64)),
                 torch.from_numpy(tr.items.astype(np.int64)))
 
+    def _edges(self, tr: RatingTriples) -> np.ndarray:
+        """Which training rows are graph edges: ratings >= thd; every interaction of an implicit party."""
+        return tr.ratings >= self.config.thd if not self.data.implicit else np.ones(len(tr), dtype=bool)
+
     def _levels(self, ratings: np.ndarray) -> np.ndarray:
         """Rating level of each edge: the rating range cut into `rating_levels` equal steps."""
         n = self.config.rating_levels
         if n <= 1:
             return np.zeros(ratings.shape[0], dtype=np.int64)
+        if self.data.implicit:  # an interaction is a positive: the top level
+            return np.full(ratings.shape[0], n - 1, dtype=np.int64)
         span = max(1e-9, self.data.rating_max - self.data.rating_min)
         pos = np.rint((ratings - self.data.rating_min) / span * (n - 1))
         return np.clip(pos, 0, n - 1).astype(np.int64)
@@ -288,15 +298,20 @@ class PartyTrainer:
         return h_own.detach()
 
     def _loss(self, h_u: torch.Tensor, h_v: torch.Tensor, targets: _Targets | None = None) -> torch.Tensor:
-        """Σ (r̂ − r)² over own training ratings + per-rating L2 on h_u, h_v and the biases.
+        """Σ (r̂ − r)² over own training ratings + per-rating L2 on h_u, h_v and the biases (+ the ranking loss).
 
+        An implicit party has no ratings: no squared error and no rating-bias L2, only the ranking loss
+        (weighted by its interactions' weights) and the L2 on h.
         `targets`: whose ratings (default the aligned users'; `h_u` rows are that group's users).
         """
         t = targets or self._aligned
-        users, items, ratings = t.train
-        err = predict(self.public, self.private, h_u, h_v, users, items, user_bias=t.user_bias) - ratings
-        loss = (err * err).sum()
         c, prv = self.config, self.private
+        if self.data.implicit:
+            loss = h_u.new_zeros(())
+        else:
+            users, items, ratings = t.train
+            err = predict(self.public, self.private, h_u, h_v, users, items, user_bias=t.user_bias) - ratings
+            loss = (err * err).sum()
         ramp = c.reg_factor(self._round or 0)
         if c.reg > 0:
             # on the final representations h (= e^0 for MF) so propagated layers are regularised too
@@ -304,22 +319,29 @@ class PartyTrainer:
                                    + (t.item_counts * h_v.pow(2).sum(1)).sum())
         if c.weight_decay > 0:  # aligned users' e_u^0: the coordinator applies it (it holds them)
             loss = loss + ramp * c.weight_decay * t.decayed.pow(2).sum()
-        if c.reg_bias > 0:
+        if c.reg_bias > 0 and not self.data.implicit:
             loss = loss + c.reg_bias * ((t.user_counts * t.user_bias.pow(2)).sum()
                                         + (t.item_counts * prv.item_bias.pow(2)).sum())
         if t.rank is not None:
-            loss = loss + c.rank_weight * self._rank_loss(h_u, h_v, t.rank)
+            loss = loss + c.rank_weight * self._rank_loss(h_u, h_v, t)
         return loss
 
-    def _rank_loss(self, h_u: torch.Tensor, h_v: torch.Tensor, rank: RankTargets | None = None) -> torch.Tensor:
+    def _rank_loss(self, h_u: torch.Tensor, h_v: torch.Tensor, targets: _Targets | None = None) -> torch.Tensor:
         """In-party full softmax over own items: no item id, score or count of this party leaves it."""
-        targets = rank if rank is not None else self._rank
-        assert targets is not None
-        users, seen, rows, items = targets
-        return softmax_rank_loss(rank_scores(self.private, h_u.index_select(0, users), h_v), seen, rows, items)
+        t = targets or self._aligned
+        assert t.rank is not None
+        users, seen, rows, items = t.rank
+        weights = None
+        if self.data.implicit:  # interaction weights, scaled to mean 1 so the loss has the unweighted scale
+            w = t.train[2]
+            weights = w / w.mean()
+        return softmax_rank_loss(rank_scores(self.private, h_u.index_select(0, users), h_v), seen, rows, items,
+                                 weights)
 
     @torch.no_grad()
     def _metrics(self, h_u: torch.Tensor, h_v: torch.Tensor, *, own: bool = False) -> dict[str, MetricSums]:
+        if self.data.implicit:  # no ratings to score: pooled RMSE is over the explicit parties only
+            return {name: MetricSums() for name in self._splits}
         out = {}
         bias = self._own.user_bias if own and self._own is not None else None
         for name, (users, items, ratings) in (self._own_splits if own else self._splits).items():

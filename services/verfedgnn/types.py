@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -56,12 +57,28 @@ class PartyData:
     test: RatingTriples = field(default_factory=RatingTriples.empty)
     rating_min: float = 1.0  # predictions are clamped to the rating range when scored
     rating_max: float = 5.0
+    # implicit: each triple is an interaction and its "rating" its weight (> 0, 1 unless given);
+    # the party then trains the ranking objective only and reports no rating errors
+    feedback: Literal["explicit", "implicit"] = "explicit"
     private_user_ids: list[str] = field(default_factory=list)  # users n_users.. : this party's, not aligned
 
     @property
     def n_private(self) -> int:
         """Users of this party outside the intersection."""
         return len(self.private_user_ids)
+
+    @property
+    def implicit(self) -> bool:
+        """True when the triples are interactions (weights), not ratings."""
+        return self.feedback == "implicit"
+
+    def mean_sums(self) -> tuple[int, float]:
+        """(count, sum) of the aligned users' training ratings this party adds to the global mean μ: none for
+        implicit feedback."""
+        if self.implicit:  # weights are not ratings: μ stays the explicit parties' mean
+            return 0, 0.0
+        train = self.aligned("train")
+        return len(train), float(train.ratings.sum())
 
     def split(self, name: str) -> RatingTriples:
         """Ratings of split `name` (train/valid/test), aligned and private users."""
@@ -144,6 +161,7 @@ def rmse_mae(sums: list[MetricSums]) -> tuple[float, float]:
 def build_party_data(
     *, party_id: str, user_order: list[str], item_order: list[str], users: list[str], items: list[str],
     ratings: np.ndarray, codes: np.ndarray, total_items: int, rating_min: float, rating_max: float,
+    feedback: Literal["explicit", "implicit"] = "explicit",
     include_private: bool = False,
 ) -> PartyData:
     """PartyData over the aligned users (in `user_order`) and own items.
@@ -173,5 +191,5 @@ def build_party_data(
 
     return PartyData(party_id=party_id, n_users=len(user_order), n_items=len(item_order), total_items=total_items,
                      train=part(SPLIT_CODES["train"]), valid=part(SPLIT_CODES["valid"]),
-                     test=part(SPLIT_CODES["test"]), rating_min=rating_min, rating_max=rating_max,
-                    private_user_ids=private)
+                     test=part(SPLIT_CODES["test"]), rating_min=rating_min, rating_max=rating_max, feedback=feedback,
+                     private_user_ids=private)

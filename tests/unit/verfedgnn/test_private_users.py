@@ -184,3 +184,17 @@ def test_every_layer_kind_trains_private_users(model: str) -> None:
     assert trainer.public.user_emb.grad is not None
     assert trainer.serving_model()["user_repr"].shape == (N + P, CONFIG.dim)
     assert np.isfinite(trainer.serving_model()["user_repr"]).all()
+
+
+def test_an_implicit_party_trains_its_private_users_on_the_ranking_objective() -> None:
+    table = _table(6)
+    table = RatingTable(table.users, table.items, np.random.default_rng(0).integers(1, 4, len(table.users))
+                        .astype(np.float32), table.codes)  # interaction weights
+    data = replace(_data(table), feedback="implicit")
+    trainer = PartyTrainer(config=CONFIG, data=data, seed=0, local_seed=1)
+    assert trainer.own_users is not None and bool(trainer._own_graph.n_edges == len(data.private("train")))
+    start = trainer.own_users.user_emb.detach().clone()
+    _round(trainer, trainer.public.arrays(), 0, np.random.default_rng(0))
+    assert not torch.equal(trainer.own_users.user_emb.detach(), start)
+    assert trainer.last_private_metrics["train"].count == 0  # no ratings to score
+    assert data.mean_sums() == (0, 0.0) and trainer.serving_model()["user_repr"].shape == (N + P, CONFIG.dim)
