@@ -11,6 +11,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import httpx
+import numpy as np
 from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -20,6 +21,7 @@ from services.coordinator import runs
 from services.coordinator.client import HttpLink, PartyClient, TrafficCounter
 from services.coordinator.preflight import check_parties
 from services.coordinator.psi import align_users
+from services.coordinator import releases as releases_store
 from services.coordinator.releases import ACTIVE, Releases
 from services.errors import DomainError, PartyUnavailable, ValidationFailed
 from services.federation import registry
@@ -27,10 +29,12 @@ from services.federation.aggregation import aggregation
 from services.federation.fanout import fan_out
 from services.federation.messages import (
     ConfigureRequest,
+    ConfigureResponse,
     PeersRequest,
     PeersResponse,
     StartRequest,
     StartResponse,
+    WarmStartRef,
 )
 from services.federation.plan import Engine
 from services.protocol.tracing import bound_request_id
@@ -192,8 +196,9 @@ class RunManager:
             n_users, parties = self._align(run_id, parties, counter, min_parties=run.min_parties)
         else:
             n_users = run.n_users
+        warm = self._warm_ref(run.warm_start_from)
         engine, parties = self._prepare(run_id, parties, protocol, config, n_users, counter,
-                                        min_parties=run.min_parties)
+                                        min_parties=run.min_parties, warm=warm)
         self._flush(run_id, counter)
         self._rounds(run_id, protocol, engine)
         self._publish(run_id, parties, counter)
@@ -268,11 +273,21 @@ class RunManager:
             self._set(run_id, runs.ALIGNING, f"{n_users} common users", n_users=n_users)
             return n_users, parties
 
+    def _warm_ref(self, release_id: str | None) -> WarmStartRef | None:
+        """The release a warm run starts from and its run (None: a cold run)."""
+        if release_id is None:
+            return None
+        with self.sessions() as session:
+            return WarmStartRef(release_id=release_id,
+                                run_id=releases_store.get(session=session, release_id=release_id).run_id)
+
     def _prepare(self, run_id: str, party_ids: list[str], protocol: str, config: Any, n_users: int,
-                 counter: TrafficCounter, *, min_parties: int) -> tuple[Engine, list[str]]:
-        """Configure + start every party, build the protocol's engine, restore the newest checkpoint."""
+                 counter: TrafficCounter, *, min_parties: int,
+                 warm: WarmStartRef | None = None) -> tuple[Engine, list[str]]:
+        """Configure + start every party, build the protocol's engine, restore the newest checkpoint
+        (a warm run with none yet: the release's run's last checkpoint, users mapped by the parties' row map)."""
         settings = {"protocol": protocol, **config.model_dump(exclude={"seed", "rounds", "projection_seed"})}
-        request = ConfigureRequest(run_id=run_id, config=settings, seed=run_seed(config))
+        request = ConfigureRequest(run_id=run_id, config=settings, seed=run_seed(config), warm_start=warm)
         while True:
             self._check(run_id)
             clients = self._clients(party_ids, counter)
@@ -306,7 +321,30 @@ class RunManager:
             ckpt = runs.latest_checkpoint(session=session, run_id=run_id)
         if ckpt is not None:
             engine.restore(ckpt[1])
+        elif warm is not None:
+            self._warm_engine(protocol, engine, warm, answers)
         return engine, party_ids
+
+    def _warm_engine(self, protocol: str, engine: Engine, warm: WarmStartRef,
+                     answers: dict[str, ConfigureResponse]) -> None:
+        """Load the release's run's public parameters, re-indexed by the row map every party sent (all equal)."""
+        maps = {p: tuple(a.user_rows) for p, a in answers.items() if a.user_rows is not None}
+        if not maps:
+            raise RunFailed(f"warm start from {warm.release_id}: no party of this run holds that release's alignment")
+        if len(set(maps.values())) != 1:
+            raise RunFailed(f"warm start from {warm.release_id}: the parties sent different user row maps "
+                            f"({', '.join(sorted(maps))})")
+        with self.sessions() as session:
+            old = runs.latest_checkpoint(session=session, run_id=warm.run_id)
+        if old is None:
+            raise RunFailed(f"warm start from {warm.release_id}: its run {warm.run_id} has no checkpoint")
+        rows = np.asarray(next(iter(maps.values())), dtype=np.int64)
+        try:
+            registry.plan(protocol).warm_engine(engine, state=old[1], user_rows=rows)
+        except ValueError as exc:
+            raise RunFailed(f"warm start from {warm.release_id}: {exc}") from exc
+        log.info("run warm-started", extra={"release_id": warm.release_id, "kept_users": int((rows >= 0).sum()),
+                                            "new_users": int((rows < 0).sum())})
 
     @staticmethod
     def _sealed_for(party_id: str, sealed: dict[str, PeersResponse]) -> dict[str, str]:
@@ -380,7 +418,8 @@ class RunManager:
             history = runs.rounds_of(session=session, run_id=run_id)
         last = run.rounds_done - 1
         release = self.releases().publish(run_id=run_id, party_ids=party_ids, round_index=last,
-                                          metrics=dict(history[-1].metrics) if history else {})
+                                          metrics=dict(history[-1].metrics) if history else {},
+                                          warm_start_from=run.warm_start_from)
         test = history[-1].metrics.get("test_rmse", math.nan) if history else math.nan
         dp = (run.config.get("train") or run.config).get("dp_epsilon") is not None
         detail = f"completed {run.rounds_done} rounds; " + (

@@ -34,7 +34,7 @@ class RoundRecord:
 
 def create(
     *, session: Session, rounds: int, min_parties: int, seed: int, config: dict[str, Any],
-    party_ids: list[str] | None = None,
+    party_ids: list[str] | None = None, warm_start_from: str | None = None,
 ) -> RunRow:
     """Create a pending run over the given (default: all enabled) parties; 409 if a run is active."""
     active = session.scalar(select(RunRow).where(RunRow.state.in_(ACTIVE_STATES)))
@@ -43,7 +43,8 @@ def create(
     party_ids = run_parties(session=session, party_ids=party_ids, min_parties=min_parties)
     run = RunRow(run_id=uuid.uuid4().hex[:16], state=PENDING, detail="queued", config=config,
                  party_ids=list(party_ids), rounds_total=rounds, rounds_done=0, min_parties=min_parties,
-                 seed=seed, bytes_sent={}, bytes_received={}, cancel_requested=False)
+                 seed=seed, bytes_sent={}, bytes_received={}, cancel_requested=False,
+                 warm_start_from=warm_start_from)
     session.add(run)
     session.commit()
     return run

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -27,15 +28,18 @@ from services.federation.messages import (
     PeersResponse,
     StartRequest,
     StartResponse,
+    WarmStartRef,
     announcements_from,
 )
 from services.federation.plan import PartySide, ProtocolPlan, RatingTable, Seeds
+from services.federation.warm import row_map
 from services.party import fed_store as store
 from services.party.dp_policy import DpPolicy, check_dp_request
-from services.party.serving import ServingModel, publish
+from services.party.serving import ServingModel, publish, release_model
 from services.protocol.federation import decode_points, encode_points, pack_tree, unpack_tree
 
 KEEP_SNAPSHOTS = 3
+log = logging.getLogger("fedrec.party")
 PSI_TTL_S = 3600.0  # a PSI left unfinished this long is abandoned (it holds the user list and a secret)
 MAX_PSI = 8  # PSI sessions kept at once; the oldest is dropped first
 
@@ -61,6 +65,7 @@ class _Run:
     current: tuple[int, int] | None = None  # (round, attempt) in progress
     last: tuple[int, int, str, int] | None = None  # the latest step answered (a recovery may follow only it)
     cache: dict[tuple[int, int, str, int], bytes] = field(default_factory=dict)
+    warm: WarmStartRef | None = None  # the release a warm run starts from
 
 
 class FederationService:
@@ -206,20 +211,36 @@ class FederationService:
             if found is None:
                 raise ProtocolError(f"run {request.run_id} has no user alignment at this party (run PSI first)")
             users = [str(u) for u in unpack_tree(found[1])["user_ids"].tolist()]
-            run = _Run(request.run_id, plan, config, request.seed, users, store.all_item_ids(session=session))
+            run = _Run(request.run_id, plan, config, request.seed, users, store.all_item_ids(session=session),
+                       warm=request.warm_start)
             check_dp_request(policy=self.dp_policy, epsilon=getattr(config, "dp_epsilon", None), session=session,
                              n_users=len(users), n_items=len(run.item_order))
             run.secagg = SecAggParty(party_id=self.party_id, secret=self.secret(session), run_id=request.run_id)
             data = self._load_data(session, run, total_items=1)
+            warm = None if request.warm_start is None else request.warm_start.model_dump()
             store.put_state(session=session, key=f"run:{request.run_id}",
-                            value={"config": request.config, "seed": request.seed, "start": None})
+                            value={"config": request.config, "seed": request.seed, "start": None, "warm_start": warm})
             self._runs[request.run_id] = run
             a = run.secagg.announce()
             count, total = plan.announce(data)
             return ConfigureResponse(party_id=self.party_id, n_users=len(users), n_items=len(run.item_order),
-                                     train_count=count, train_sum=total,
+                                     train_count=count, train_sum=total, user_rows=self._user_rows(session, run),
                                      key=KeyAnnouncementModel(party_id=a.party_id, dh_public=a.dh_public,
                                                               identity=a.identity, signature=a.signature))
+
+    @staticmethod
+    def _user_rows(session: Session, run: _Run) -> list[int] | None:
+        """A warm run: each aligned user's row in the release's run (-1: new), from the two runs' alignments.
+
+        Both alignments are the same at every party (sorted ids of the intersection), so every party sends
+        the same map; it tells the coordinator which of its old rows continue, never an id.
+        """
+        if run.warm is None:
+            return None
+        found = store.get_artifact(session=session, name=f"alignment:{run.warm.run_id}")
+        if found is None:  # this party was not in the release's run (or pruned it): it has no map to give
+            return None
+        return [int(r) for r in row_map(unpack_tree(found[1])["user_ids"].tolist(), run.user_order)]
 
     def _load_data(self, session: Session, run: _Run, *, total_items: int) -> Any:
         users, items, ratings, codes = store.load_ratings(session=session)
@@ -261,11 +282,31 @@ class FederationService:
                                   aggregation=aggregation)
         snap = store.get_artifact(session=session, name=f"trainer:{run.run_id}")
         if snap is None:
+            if run.warm is not None:
+                self._warm(session, run)
             self._snapshot(session, run, round_index=-1)
         else:
             run.side.restore(snap[1])
             run.done = snap[0] - 2
         run.current, run.cache = None, {}
+
+    def _warm(self, session: Session, run: _Run) -> None:
+        """Start the new trainer from the release's run: its last trainer snapshot, items mapped by id.
+
+        A party that did not stage the release (or no longer holds its snapshot) starts its items cold.
+        """
+        assert run.warm is not None and run.side is not None
+        model = release_model(session=session, release_id=run.warm.release_id)
+        old = store.get_artifact(session=session, name=f"trainer:{run.warm.run_id}")
+        if model is None or old is None or model.run_id != run.warm.run_id:
+            log.warning("run %s: release %s not held here; this party's items start cold", run.run_id,
+                        run.warm.release_id)
+            return
+        try:
+            run.plan.warm_party(run.side, state=old[1], item_rows=row_map(model.item_ids.tolist(), run.item_order))
+        except ValueError as exc:
+            raise ValidationFailed(f"cannot warm start from {run.warm.release_id}: {exc}",
+                                   extra={"field": "warm_start"}) from exc
 
     def _snapshot(self, session: Session, run: _Run, *, round_index: int) -> None:
         """Persist the trainer after a finished round (version = round + 2, so the initial state is 1)."""
@@ -288,7 +329,8 @@ class FederationService:
         users = [str(u) for u in unpack_tree(found[1])["user_ids"].tolist()]
         plan = registry.plan(registry.protocol_of(value["config"]))
         config = self._config(plan, value["config"], int(value["seed"]))
-        run = _Run(run_id, plan, config, int(value["seed"]), users, store.all_item_ids(session=session))
+        run = _Run(run_id, plan, config, int(value["seed"]), users, store.all_item_ids(session=session),
+                   warm=WarmStartRef(**value["warm_start"]) if value.get("warm_start") else None)
         run.secagg = SecAggParty(party_id=self.party_id, secret=self.secret(session), run_id=run_id)
         run.secagg.accept(announcements_from(value["peers"]))  # verified (and pinned) when first received
         self._build(session, run, StartRequest(**value["start"]))

@@ -163,6 +163,14 @@ def activate(*, session: Session, release_id: str) -> int:
     return int(version)
 
 
+def release_model(*, session: Session, release_id: str) -> ServingModel | None:
+    """The model staged here under `release_id` (None when this party did not stage it or pruned it)."""
+    version = _get(session, STAGED_PREFIX + release_id)
+    payload = None if version is None else session.scalar(
+        select(ModelArtifact.payload).where(ModelArtifact.name == ARTIFACT_NAME, ModelArtifact.version == int(version)))
+    return None if payload is None else ServingModel.from_bytes(payload)
+
+
 def prune_releases(*, session: Session, keep: list[str]) -> tuple[list[str], list[str]]:
     """Delete every staged release not in `keep` (never the active one): its serving model and its run's
     trainer snapshots, alignment and settings. Returns (pruned release ids, their runs), sorted."""

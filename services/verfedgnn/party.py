@@ -45,6 +45,7 @@ from services.verfedgnn.types import (
     RatingTriples,
     party_number,
 )
+from services.verfedgnn.warm import load_mapped
 
 _DENSE_PHI_LIMIT = 20_000_000  # q·N entries below which Φ is cached densely (fast matmuls)
 
@@ -271,6 +272,12 @@ class PartyTrainer:
         self.optimizer.load_state_dict(state["optimizer"])  # type: ignore[arg-type]
         self._round = state["round"]  # type: ignore[assignment]
         self._forward = None
+
+    def load_warm(self, state: dict[str, object], *, item_rows: np.ndarray) -> None:
+        """Start from a previous run's `state_dict`: its item rows copied by `item_rows` (-1: new item, kept fresh)."""
+        load_mapped(module=self.private, optimizer=self.optimizer, params=state["private"],  # type: ignore[arg-type]
+                    optimizer_state=state.get("optimizer"), rows=item_rows,  # type: ignore[arg-type]
+                    by_row={k for k, _ in self.private.named_parameters()})
 
     def serving_model(self) -> dict[str, np.ndarray]:
         """Final h_u (all users), h_v (own items) and biases from the latest completed forward."""
