@@ -12,6 +12,7 @@ from api_common.guard import body_class
 from api_common.params import NamePath, RoundPath
 from party_api.deps import AdminDep, CacheDep, CoordinatorDep, FedDep, ProtocolDep, SessionDep, SettingsDep
 from party_api.schemas import (
+    KeepBestRequest,
     PreflightResponse,
     PsiFinishResponse,
     PublishRequest,
@@ -118,6 +119,13 @@ async def round_step(run_id: NamePath, round_index: RoundPath, step: StepName, a
     body = await request.body()
     return _octets(await run_in_threadpool(fed.step, run_id=run_id, step=Step(step, round_index, attempt, layer),
                                            body=body))
+
+
+@router.post("/runs/{run_id}/best", response_model=PublishResponse, openapi_extra=SMALL)
+def keep_best(run_id: NamePath, body: KeepBestRequest, fed: FedDep) -> PublishResponse:
+    """Keep the model of the round just finished (the run's best so far), so the release can hold it (409 if
+    that round is not this party's latest finished one)."""
+    return PublishResponse(version=fed.keep_best(run_id=run_id, round_index=body.round_index))
 
 
 @router.post("/runs/{run_id}/publish", response_model=PublishResponse, openapi_extra=SMALL)

@@ -255,6 +255,10 @@ class PartyClient:
         """Store the run's serving model at the party; returns its version."""
         return int(self.post_json(self._run_path(run_id, "publish"), {"round_index": round_index})["version"])
 
+    def keep_best(self, *, run_id: str, round_index: int) -> int:
+        """Make the party keep the model of the round it just finished (the run's best so far)."""
+        return int(self.post_json(self._run_path(run_id, "best"), {"round_index": round_index})["version"])
+
     def stage(self, *, run_id: str, round_index: int, release_id: str) -> int:
         """Store the run's serving model at the party under a release, not served yet; returns its version."""
         body = {"round_index": round_index, "release_id": release_id}

@@ -19,6 +19,7 @@ class WarmStartRef(_Msg):
 
     release_id: str = Field(min_length=1, max_length=64)
     run_id: str = Field(min_length=1, max_length=64)
+    round_index: int = Field(ge=0, description="the round of that run whose model the release holds")
 
 
 class ConfigureRequest(_Msg):

@@ -39,6 +39,7 @@ from services.party.serving import ServingModel, publish, release_model
 from services.protocol.federation import decode_points, encode_points, pack_tree, unpack_tree
 
 KEEP_SNAPSHOTS = 3
+BEST_MODEL, BEST_TRAINER = "best-model:", "best-trainer:"  # + run id: the kept best round (version = round + 2)
 log = logging.getLogger("fedrec.party")
 PSI_TTL_S = 3600.0  # a PSI left unfinished this long is abandoned (it holds the user list and a secret)
 MAX_PSI = 8  # PSI sessions kept at once; the oldest is dropped first
@@ -297,16 +298,25 @@ class FederationService:
         """
         assert run.warm is not None and run.side is not None
         model = release_model(session=session, release_id=run.warm.release_id)
-        old = store.get_artifact(session=session, name=f"trainer:{run.warm.run_id}")
+        old = self._state_after(session, run.warm.run_id, run.warm.round_index)
         if model is None or old is None or model.run_id != run.warm.run_id:
             log.warning("run %s: release %s not held here; this party's items start cold", run.run_id,
                         run.warm.release_id)
             return
         try:
-            run.plan.warm_party(run.side, state=old[1], item_rows=row_map(model.item_ids.tolist(), run.item_order))
+            run.plan.warm_party(run.side, state=old, item_rows=row_map(model.item_ids.tolist(), run.item_order))
         except ValueError as exc:
             raise ValidationFailed(f"cannot warm start from {run.warm.release_id}: {exc}",
                                    extra={"field": "warm_start"}) from exc
+
+    @staticmethod
+    def _state_after(session: Session, run_id: str, round_index: int) -> bytes | None:
+        """The trainer snapshot a run took after `round_index`: kept as its best round, or still among its last."""
+        for name in (f"{BEST_TRAINER}{run_id}", f"trainer:{run_id}"):
+            found = store.get_artifact(session=session, name=name, max_version=round_index + 2)
+            if found is not None and found[0] == round_index + 2:
+                return found[1]
+        return None
 
     def _snapshot(self, session: Session, run: _Run, *, round_index: int) -> None:
         """Persist the trainer after a finished round (version = round + 2, so the initial state is 1)."""
@@ -397,21 +407,54 @@ class FederationService:
             run.side.restore(snap[1])
             run.done = snap[0] - 2
 
-    def publish(self, *, run_id: str, round_index: int, release_id: str | None = None) -> int:
-        """Store the latest completed forward as the serving model (staged under `release_id` when given)."""
+    def keep_best(self, *, run_id: str, round_index: int) -> int:
+        """Keep the model of `round_index`, the run's best validation round so far, for its release.
+
+        Asked by the coordinator right after that round, before the next begins: the serving model of the
+        round's forward and the trainer's snapshot after it are copied (older kept ones replaced). The
+        kept model is a serving-model artifact, so an erasure reaches it as it reaches published ones.
+        """
         with self._lock, self.sessions() as session:
             run = self._run(session, run_id)
-            assert run.side is not None
-            sm: dict[str, Any] = run.side.serving_model()
-            n, m = len(run.user_order), len(run.item_order)
-            model = ServingModel(
-                run_id=run_id, round_index=round_index, user_ids=np.array(run.user_order, dtype=str),
-                item_ids=np.array(run.item_order, dtype=str),
-                h_u=np.asarray(sm["user_repr"], np.float32), h_v=np.asarray(sm["item_repr"], np.float32),
-                user_bias=np.asarray(sm.get("user_bias", np.zeros(n)), np.float32).reshape(n),
-                item_bias=np.asarray(sm.get("item_bias", np.zeros(m)), np.float32).reshape(m),
-                global_bias=float(np.asarray(sm.get("global_bias", 0.0)).reshape(-1)[0]),
-                rating_min=self.rating_min, rating_max=self.rating_max,
-                rank_bias=np.asarray(sm["rank_bias"], np.float32).reshape(m) if "rank_bias" in sm else None,
-                rating_dim=int(sm.get("rating_dim", 0)))
-            return publish(session=session, model=model, release_id=release_id)
+            if run.done != round_index:
+                raise ProtocolError(f"round {round_index} is not this party's latest finished round "
+                                    f"(last finished {run.done})", extra={"field": "round_index"})
+            snap = store.get_artifact(session=session, name=f"trainer:{run_id}")
+            if snap is None or snap[0] != round_index + 2:
+                raise ProtocolError(f"no snapshot after round {round_index} at this party")
+            version = round_index + 2
+            for name, kind, payload in ((f"{BEST_MODEL}{run_id}", "serving_model",
+                                         self._serving(run, round_index).to_bytes()),
+                                        (f"{BEST_TRAINER}{run_id}", "trainer_state", snap[1])):
+                store.put_artifact(session=session, name=name, kind=kind, payload=payload, version=version)
+                store.prune_artifact(session=session, name=name, below_version=version)
+            return version
+
+    def publish(self, *, run_id: str, round_index: int, release_id: str | None = None) -> int:
+        """Store the model of `round_index` as the serving model (staged under `release_id` when given): the
+        latest finished round's, or the one kept for that round (`keep_best`); 409 for any other round."""
+        with self._lock, self.sessions() as session:
+            run = self._run(session, run_id)
+            kept = store.get_artifact(session=session, name=f"{BEST_MODEL}{run_id}", max_version=round_index + 2)
+            if kept is not None and kept[0] == round_index + 2:
+                return publish(session=session, model=ServingModel.from_bytes(kept[1]), release_id=release_id)
+            if round_index != run.done:
+                raise ProtocolError(f"round {round_index} is neither this party's latest finished round ({run.done}) "
+                                    "nor one it kept", extra={"field": "round_index"})
+            return publish(session=session, model=self._serving(run, round_index), release_id=release_id)
+
+    def _serving(self, run: _Run, round_index: int) -> ServingModel:
+        """The serving model of the latest completed forward (the caller holds the lock)."""
+        assert run.side is not None
+        sm: dict[str, Any] = run.side.serving_model()
+        n, m = len(run.user_order), len(run.item_order)
+        return ServingModel(
+            run_id=run.run_id, round_index=round_index, user_ids=np.array(run.user_order, dtype=str),
+            item_ids=np.array(run.item_order, dtype=str),
+            h_u=np.asarray(sm["user_repr"], np.float32), h_v=np.asarray(sm["item_repr"], np.float32),
+            user_bias=np.asarray(sm.get("user_bias", np.zeros(n)), np.float32).reshape(n),
+            item_bias=np.asarray(sm.get("item_bias", np.zeros(m)), np.float32).reshape(m),
+            global_bias=float(np.asarray(sm.get("global_bias", 0.0)).reshape(-1)[0]),
+            rating_min=self.rating_min, rating_max=self.rating_max,
+            rank_bias=np.asarray(sm["rank_bias"], np.float32).reshape(m) if "rank_bias" in sm else None,
+            rating_dim=int(sm.get("rating_dim", 0)))

@@ -197,7 +197,8 @@ def prune_releases(*, session: Session, keep: list[str]) -> tuple[list[str], lis
         select(ModelArtifact.version, ModelArtifact.meta).where(ModelArtifact.name == ARTIFACT_NAME)) if int(v) in kept_versions}
     runs -= kept_runs
     for run_id in runs:
-        session.execute(delete(ModelArtifact).where(ModelArtifact.name.in_([f"trainer:{run_id}", f"alignment:{run_id}"])))
+        session.execute(delete(ModelArtifact).where(ModelArtifact.name.in_(
+            [f"trainer:{run_id}", f"alignment:{run_id}", f"best-model:{run_id}", f"best-trainer:{run_id}"])))
         session.execute(delete(FederationState).where(FederationState.key == f"run:{run_id}"))
     session.commit()
     return sorted(pruned), sorted(runs)
