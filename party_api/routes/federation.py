@@ -83,7 +83,9 @@ async def psi_finish(run_id: NamePath, request: Request, fed: FedDep) -> PsiFini
     return PsiFinishResponse(n_users=await run_in_threadpool(fed.psi_finish, run_id=run_id, body=body))
 
 
-@router.post("/runs/{run_id}/configure", response_model=ConfigureResponse, openapi_extra=SMALL)
+# user_rows only in a warm run's answer: a cold run's configure answer is what it was before warm starts
+@router.post("/runs/{run_id}/configure", response_model=ConfigureResponse, response_model_exclude_none=True,
+             openapi_extra=SMALL)
 def configure(run_id: NamePath, body: ConfigureRequest, fed: FedDep) -> ConfigureResponse:
     """Open a run: engine config and seed; answers M_p and training-rating sums."""
     if body.run_id != run_id:

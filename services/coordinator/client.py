@@ -230,7 +230,8 @@ class PartyClient:
 
     def configure(self, *, request: ConfigureRequest) -> ConfigureResponse:
         """Open a run at the party; it answers its item count and training-rating sums."""
-        return ConfigureResponse(**self.post_json(self._run_path(request.run_id, "configure"), request.model_dump()))
+        body = request.model_dump(exclude=None if request.warm_start else {"warm_start"})  # a cold run's as before
+        return ConfigureResponse(**self.post_json(self._run_path(request.run_id, "configure"), body))
 
     def peers(self, *, run_id: str, request: PeersRequest) -> PeersResponse:
         """Relay every party's signed key; the party answers its sealed seed contributions."""

@@ -6,10 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from cli.localfed import ADMIN
+from cli.localfed import ADMIN, COORD_TOKEN
+from services.protocol import PROTOCOL_VERSION
 from tests.support.federation import TINY_CONFIG, Federation, federation
 
 ADMIN_H = {"Authorization": f"Bearer {ADMIN}"}
+AS_COORDINATOR = {"Authorization": f"Bearer {COORD_TOKEN}", "X-Fedrec-Protocol": PROTOCOL_VERSION}
 
 
 def _post_run(fed: Federation, **body: Any) -> Any:
@@ -46,6 +48,13 @@ def test_warm_run_starts_from_the_active_release(tmp_path: Path) -> None:
         first = _completed(fed, _post_run(fed, rounds=25).json())
         release = fed.http.get(f"{fed.coordinator.url}/v1/releases/release-1", headers=ADMIN_H).json()
         assert release["state"] == "active" and release["warm_start_from"] is None, release
+        # the release holds the run's best validation round (every party kept it), not its last
+        best = min((r["metrics"]["valid_rmse"], r["round_index"]) for r in first["rounds"])
+        assert (release["valid_rmse"], release["round_index"]) == best, (release, best)
+        other_round = next(t for t in range(1, 25) if t not in (best[1], first["rounds_done"] - 1))
+        stale = fed.http.post(f"{fed.parties['p0'].url}/v1/federation/runs/{first['run_id']}/publish",
+                              json={"round_index": other_round}, headers=AS_COORDINATOR)
+        assert stale.status_code == 409 and "nor one it kept" in stale.json()["detail"], stale.text
         _ingest_more(fed)
 
         other = _post_run(fed, warm_start=True, config={**TINY_CONFIG, "dim": 6})
