@@ -51,7 +51,7 @@ def withhold(ds: Dataset, *, fraction: float, seed: int, party: int) -> tuple[Da
     base = len(ds.train) + (len(ds.valid) if ds.valid is not None else 0)
     rng = np.random.default_rng([seed, WITHHELD_TAG, party])
     out = np.zeros(len(ds.train), dtype=bool)
-    out[rng.choice(len(ds.train), size=int(round(fraction * base)), replace=False)] = True
+    out[rng.choice(len(ds.train), size=round(fraction * base), replace=False)] = True
     return replace(ds, train=_subset(ds.train, ~out)), _subset(ds.train, out)
 
 

@@ -17,11 +17,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from services.config import CoordinatorSettings
 from services.coordinator import registry as parties_registry
+from services.coordinator import releases as releases_store
 from services.coordinator import runs
 from services.coordinator.client import HttpLink, PartyClient, TrafficCounter
 from services.coordinator.preflight import check_parties
 from services.coordinator.psi import align_users
-from services.coordinator import releases as releases_store
 from services.coordinator.releases import ACTIVE, Releases
 from services.errors import DomainError, PartyUnavailable, ValidationFailed
 from services.federation import registry
