@@ -146,7 +146,7 @@ class VerFedGNNPlan:
             raise ValueError(f"the active release was trained with {registry_name(previous)!r}, this run is {self.name!r}")
         old = model_config(run_config(_engine_only(previous), seed=0, rounds=1))
         new = model_config(run_config(_engine_only(settings), seed=0, rounds=1))
-        differs = [f"{k} {getattr(old, k)!r} → {getattr(new, k)!r}" for k in type(new).model_fields
+        differs = [f"{ARCHITECTURE[k]} {getattr(old, k)!r} → {getattr(new, k)!r}" for k in ARCHITECTURE
                    if getattr(old, k) != getattr(new, k)]
         if differs:
             raise ValueError("the architecture differs from the active release's: " + ", ".join(differs))
@@ -159,6 +159,13 @@ class VerFedGNNPlan:
     def warm_engine(self, engine: Any, *, state: bytes, user_rows: np.ndarray) -> None:
         """Load the previous run's public parameters into a new engine, mapped by user row."""
         engine.trainer.load_warm(load_state(state), user_rows=user_rows)
+
+
+# What a warm run must share with the release's run (model field → the run setting that sets it); the
+# initialisation settings (init_std, gate_init) only shape fresh rows, so they may differ.
+ARCHITECTURE = {"kind": "model", "dim": "dim", "layers": "layers", "activation": "activation", "use_bias": "use_bias",
+                "rating_levels": "rating_levels", "transform": "transform", "rank_dims": "rank_dims",
+                "rank_bias": "rank_weight > 0"}
 
 
 def registry_name(settings: Mapping[str, Any]) -> str:
