@@ -122,6 +122,8 @@ def create(
                                              "(docs/engine.md lists them)")] = "{}",
     party_ids: Annotated[str | None, typer.Option(help="comma-separated party ids to train with (default: all enabled)")]
     = None,
+    warm_start: Annotated[bool, typer.Option(help="start from the active release's parameters (new users and items "
+                                                  "get fresh rows); refused when none is active")] = False,
     wait: Annotated[bool, typer.Option(help="follow the run until it ends; exit 1 if it fails or is cancelled")]
     = False,
     wait_timeout: Annotated[float, typer.Option(min=1, help="seconds --wait follows the run before giving up")]
@@ -135,6 +137,8 @@ def create(
         raise CliError(f"--config is not JSON ({exc})") from None
     body: dict[str, Any] = {"min_parties": min_parties, "seed": seed, "config": settings,
                             "party_ids": _party_ids(party_ids)}
+    if warm_start:
+        body["warm_start"] = True
     body.update({k: v for k, v in (("preset", preset), ("rounds", rounds)) if v is not None})
     with client(url, token, tls) as c:
         run = _check(c.post("/v1/runs", json=body))

@@ -30,6 +30,7 @@ def add(
                                                     "'{\"dim\": 8}'")] = None,
     party_ids: Annotated[str | None, typer.Option(help="comma-separated party ids (default: all enabled at firing)")]
     = None,
+    warm_start: Annotated[bool, typer.Option(help="each run starts from the release active when it fires")] = False,
     *, tls: Tls,
 ) -> None:
     """Add a schedule that starts a run with these settings on a cron expression or every --interval seconds."""
@@ -39,6 +40,8 @@ def add(
             body["config"] = json.loads(config)
         except ValueError as exc:
             raise CliError(f"--config is not JSON ({exc})") from None
+    if warm_start:
+        body["warm_start"] = True
     if party_ids is not None:
         body["party_ids"] = [p.strip() for p in party_ids.split(",") if p.strip()]
     body.update({k: v for k, v in (("cron", cron), ("interval_seconds", interval), ("preset", preset),

@@ -95,6 +95,9 @@ class TrainingRunCreate(BaseModel):
     min_parties: int = Field(default=2, ge=1, le=1000)
     seed: int = Field(default=0, ge=0, le=2**31 - 1)
     party_ids: list[str] | None = Field(default=None, min_length=1)
+    warm_start: bool = Field(
+        default=False, description="start from the active release's parameters (users and items new since then get "
+        "fresh rows) instead of a fresh initialisation; 409 when no release is active or its architecture differs")
 
 
 class RoundRead(BaseModel):
@@ -132,6 +135,8 @@ class TrainingRunRead(BaseModel):
     excluded: dict[str, str] = Field(default_factory=dict,
                                      description="parties the run left out (pre-flight, alignment, set-up) and why")
     n_users: int | None
+    warm_start_from: str | None = Field(default=None, description="the release a warm run started from "
+                                        "(None: a cold run)")
     config: dict[str, Any] = Field(description="every setting of the run, resolved at creation (preset and "
                                    "overrides; `protocol` included)")
     privacy: dict[str, Any] = Field(description="effective privacy mechanisms and parameters (defaults included)")
@@ -244,6 +249,8 @@ class ReleaseRead(BaseModel):
     reason: str
     party_ids: list[str]
     staged: list[str] = Field(description="parties that stored the model under this release")
+    warm_start_from: str | None = Field(default=None, description="the release its run warm-started from "
+                                        "(None: a cold run)")
     created_at: Timestamp
     activated_at: Timestamp | None
     updated_at: Timestamp

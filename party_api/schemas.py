@@ -224,6 +224,13 @@ class PublishRequest(BaseModel):
                                                "activated); unset: serve it at once")
 
 
+class KeepBestRequest(BaseModel):
+    """Keep the model of the round just finished: the run's best validation round so far."""
+
+    model_config = ConfigDict(extra="forbid")
+    round_index: int = Field(ge=0)
+
+
 class PublishResponse(BaseModel):
     """Version of the stored serving model."""
 

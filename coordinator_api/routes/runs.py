@@ -33,7 +33,7 @@ def _read(run: RunRow, rounds: list[RoundRow]) -> TrainingRunRead:
         run_id=run.run_id, state=run.state, detail=run.detail, rounds_total=run.rounds_total,
         rounds_done=run.rounds_done, current_round=min(run.rounds_done, run.rounds_total - 1),
         min_parties=run.min_parties, seed=run.seed, party_ids=run.party_ids, excluded=run.excluded or {},
-        n_users=run.n_users,
+        n_users=run.n_users, warm_start_from=run.warm_start_from,
         config=run.config, privacy={**config.privacy_record(), "epsilon_spent": epsilon_spent(config, run.state)},
         privacy_report=privacy_report(config) if isinstance(config, TrainConfig) else NO_REPORT,
         bytes_sent=run.bytes_sent, bytes_received=run.bytes_received,
@@ -51,7 +51,8 @@ def create_run(body: TrainingRunCreate, session: SessionDep, manager: ManagerDep
     The settings are resolved and checked and the run's privacy guarantee computed before anything is stored.
     """
     run = start_run(session=session, manager=manager, config=body.config, preset=body.preset, rounds=body.rounds,
-                    min_parties=body.min_parties, seed=body.seed, party_ids=body.party_ids)
+                    min_parties=body.min_parties, seed=body.seed, party_ids=body.party_ids,
+                    warm_start=body.warm_start)
     return _read(run, [])
 
 
@@ -71,6 +72,7 @@ def _read_stored(run: RunRow, rounds: list[RoundRow]) -> TrainingRunRead | None:
             rounds_done=run.rounds_done, current_round=max(0, min(run.rounds_done, run.rounds_total - 1)),
             min_parties=run.min_parties, seed=run.seed, party_ids=run.party_ids,
             excluded=run.excluded if isinstance(run.excluded, dict) else {}, n_users=run.n_users,
+            warm_start_from=run.warm_start_from,
             config=run.config if isinstance(run.config, dict) else {},
             privacy={"unreadable": "this coordinator cannot compute the privacy figures of the run's stored "
                                    "settings (invalid, or a protocol without a privacy report)"},

@@ -29,7 +29,8 @@ def launcher(manager: RunManager) -> schedules.Launch:
     def launch(session: Session, settings: dict[str, Any]) -> str:
         body = TrainingRunCreate.model_validate_json(json.dumps(settings))
         run = start_run(session=session, manager=manager, config=body.config, preset=body.preset,
-                        rounds=body.rounds, min_parties=body.min_parties, seed=body.seed, party_ids=body.party_ids)
+                        rounds=body.rounds, min_parties=body.min_parties, seed=body.seed, party_ids=body.party_ids,
+                        warm_start=body.warm_start)
         return run.run_id
 
     return launch

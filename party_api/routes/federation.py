@@ -12,6 +12,7 @@ from api_common.guard import body_class
 from api_common.params import NamePath, RoundPath
 from party_api.deps import AdminDep, CacheDep, CoordinatorDep, FedDep, ProtocolDep, SessionDep, SettingsDep
 from party_api.schemas import (
+    KeepBestRequest,
     PreflightResponse,
     PsiFinishResponse,
     PublishRequest,
@@ -82,7 +83,9 @@ async def psi_finish(run_id: NamePath, request: Request, fed: FedDep) -> PsiFini
     return PsiFinishResponse(n_users=await run_in_threadpool(fed.psi_finish, run_id=run_id, body=body))
 
 
-@router.post("/runs/{run_id}/configure", response_model=ConfigureResponse, openapi_extra=SMALL)
+# user_rows only in a warm run's answer: a cold run's configure answer is what it was before warm starts
+@router.post("/runs/{run_id}/configure", response_model=ConfigureResponse, response_model_exclude_none=True,
+             openapi_extra=SMALL)
 def configure(run_id: NamePath, body: ConfigureRequest, fed: FedDep) -> ConfigureResponse:
     """Open a run: engine config and seed; answers M_p and training-rating sums."""
     if body.run_id != run_id:
@@ -118,6 +121,13 @@ async def round_step(run_id: NamePath, round_index: RoundPath, step: StepName, a
     body = await request.body()
     return _octets(await run_in_threadpool(fed.step, run_id=run_id, step=Step(step, round_index, attempt, layer),
                                            body=body))
+
+
+@router.post("/runs/{run_id}/best", response_model=PublishResponse, openapi_extra=SMALL)
+def keep_best(run_id: NamePath, body: KeepBestRequest, fed: FedDep) -> PublishResponse:
+    """Keep the model of the round just finished (the run's best so far), so the release can hold it (409 if
+    that round is not this party's latest finished one)."""
+    return PublishResponse(version=fed.keep_best(run_id=run_id, round_index=body.round_index))
 
 
 @router.post("/runs/{run_id}/publish", response_model=PublishResponse, openapi_extra=SMALL)

@@ -230,7 +230,8 @@ class PartyClient:
 
     def configure(self, *, request: ConfigureRequest) -> ConfigureResponse:
         """Open a run at the party; it answers its item count and training-rating sums."""
-        return ConfigureResponse(**self.post_json(self._run_path(request.run_id, "configure"), request.model_dump()))
+        body = request.model_dump(exclude=None if request.warm_start else {"warm_start"})  # a cold run's as before
+        return ConfigureResponse(**self.post_json(self._run_path(request.run_id, "configure"), body))
 
     def peers(self, *, run_id: str, request: PeersRequest) -> PeersResponse:
         """Relay every party's signed key; the party answers its sealed seed contributions."""
@@ -254,6 +255,10 @@ class PartyClient:
     def publish(self, *, run_id: str, round_index: int) -> int:
         """Store the run's serving model at the party; returns its version."""
         return int(self.post_json(self._run_path(run_id, "publish"), {"round_index": round_index})["version"])
+
+    def keep_best(self, *, run_id: str, round_index: int) -> int:
+        """Make the party keep the model of the round it just finished (the run's best so far)."""
+        return int(self.post_json(self._run_path(run_id, "best"), {"round_index": round_index})["version"])
 
     def stage(self, *, run_id: str, round_index: int, release_id: str) -> int:
         """Store the run's serving model at the party under a release, not served yet; returns its version."""

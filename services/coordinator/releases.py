@@ -63,7 +63,7 @@ def active(*, session: Session) -> ReleaseRow | None:
 
 
 def create(*, session: Session, run_id: str, round_index: int, metrics: dict[str, float],
-           party_ids: list[str]) -> ReleaseRow:
+           party_ids: list[str], warm_start_from: str | None = None) -> ReleaseRow:
     """The release of a completed run (the existing one when a resumed run publishes again)."""
     row = session.scalar(select(ReleaseRow).where(ReleaseRow.run_id == run_id))
     if row is not None:
@@ -72,7 +72,8 @@ def create(*, session: Session, run_id: str, round_index: int, metrics: dict[str
     valid = metrics.get("valid_rmse")
     row = ReleaseRow(release_id=f"release-{seq}", seq=seq, run_id=run_id, round_index=round_index,
                      valid_rmse=valid if valid is not None and math.isfinite(valid) else None,
-                     metrics=metrics, party_ids=sorted(party_ids), staged=[], state=STAGED, reason="staging")
+                     metrics=metrics, party_ids=sorted(party_ids), staged=[], state=STAGED, reason="staging",
+                     warm_start_from=warm_start_from)
     session.add(row)
     session.commit()
     return row
@@ -93,11 +94,11 @@ class Releases:
         self.tolerance, self.lock, self.keep = tolerance, lock, keep
 
     def publish(self, *, run_id: str, party_ids: list[str], round_index: int,
-                metrics: dict[str, float]) -> ReleaseRow:
+                metrics: dict[str, float], warm_start_from: str | None = None) -> ReleaseRow:
         """Stage the run's model at every party under a new release, then activate it if the gate lets it."""
         with self.sessions() as session:
             row = create(session=session, run_id=run_id, round_index=round_index, metrics=metrics,
-                         party_ids=party_ids)
+                         party_ids=party_ids, warm_start_from=warm_start_from)
             release_id = row.release_id
         clients = self.clients(party_ids)
         answers, failures = fan_out(self.pool, clients, lambda c: c.stage(run_id=run_id, round_index=round_index,

@@ -14,11 +14,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Discriminator, Tag
 from sqlalchemy.orm import Session
 
-from services.coordinator import runs
+from services.coordinator import releases, runs
 from services.coordinator.runner import RunManager, train_config
 from services.crypto.interaction_dp import require_budget
 from services.db.coordinator_tables import RunRow
-from services.errors import ValidationFailed
+from services.errors import DomainError, ValidationFailed
+from services.federation import registry
 from services.fedpergnn.config import DEFAULT_PRESET as FEDPERGNN_DEFAULT
 from services.fedpergnn.config import FedPerGNNConfig, FedPerGNNRunConfig
 from services.verfedgnn.config import RUN_DEFAULTS, TrainConfig, VerFedGNNRunConfig
@@ -91,8 +92,12 @@ def check_privacy(engine: EngineConfig) -> None:
 
 
 def resolve_run(*, config: VerFedGNNRunConfig | FedPerGNNRunConfig, preset: str | None, rounds: int | None,
-                seed: int) -> ResolvedRun:
-    """Preset, then the caller's settings; the engine config and privacy guarantee checked (422/409) before storing."""
+                seed: int, previous: WarmSource | None = None) -> ResolvedRun:
+    """Preset, then the caller's settings; the engine config and privacy guarantee checked (422/409) before storing.
+
+    A warm run (`previous`: the release it starts from) must keep that release's architecture (409 otherwise);
+    its protocol's plan may adjust the settings the caller left unset.
+    """
     protocol = config.protocol
     name = preset or DEFAULT_PRESETS[protocol]
     explicit = config.explicit()
@@ -104,6 +109,13 @@ def resolve_run(*, config: VerFedGNNRunConfig | FedPerGNNRunConfig, preset: str 
         settings = {"protocol": protocol, **explicit, "train": {**values, **gnn}}
     else:
         settings = {"protocol": protocol, **RUN_DEFAULTS, **values, **explicit}
+    if previous is not None:
+        try:
+            settings = registry.plan(protocol).warm_settings(previous=previous.config, settings=settings,
+                                                             explicit=set(explicit))
+        except ValueError as exc:
+            raise WarmStartRefused(f"cannot warm start from {previous.release_id}: {exc}",
+                                   extra={"field": "warm_start", "release_id": previous.release_id}) from exc
     engine = engine_config(settings, seed=seed, rounds=length)
     check_privacy(engine)
     return ResolvedRun(preset=name, rounds=length, config=stored_settings(engine), engine=engine)
@@ -184,15 +196,44 @@ def update_settings_doc(path: str) -> None:
         f.write(text)
 
 
+class WarmStartRefused(DomainError):
+    """A warm start was asked for and cannot be done (no active release, another protocol or architecture)."""
+
+    code = "warm_start_refused"
+    http_status = 409
+
+
+@dataclass(frozen=True)
+class WarmSource:
+    """The release a warm run starts from, its run and that run's stored settings."""
+
+    release_id: str
+    run_id: str
+    config: dict[str, Any]
+
+
+def warm_source(*, session: Session) -> WarmSource:
+    """The active release a warm run would start from; 409 when none is active."""
+    row = releases.active(session=session)
+    if row is None:
+        raise WarmStartRefused("warm_start needs an active release to start from, and none is active "
+                               "(GET /v1/releases; activate one, or create the run without warm_start)",
+                               extra={"field": "warm_start"})
+    return WarmSource(row.release_id, row.run_id, dict(runs.get(session=session, run_id=row.run_id).config))
+
+
 def start_run(*, session: Session, manager: RunManager, config: VerFedGNNRunConfig | FedPerGNNRunConfig,
               preset: str | None, rounds: int | None, min_parties: int, seed: int,
-              party_ids: list[str] | None) -> RunRow:
+              party_ids: list[str] | None, warm_start: bool = False) -> RunRow:
     """Resolve and check a run's settings, store it (409 while another run is active) and start it in the background.
 
-    What POST /v1/runs does and what a schedule's firing does: one path, one set of checks.
+    What POST /v1/runs does and what a schedule's firing does: one path, one set of checks. A warm run
+    starts from the release active now (recorded in the run; 409 when none is, or its architecture differs).
     """
-    resolved = resolve_run(config=config, preset=preset, rounds=rounds, seed=seed)
+    previous = warm_source(session=session) if warm_start else None
+    resolved = resolve_run(config=config, preset=preset, rounds=rounds, seed=seed, previous=previous)
     run = runs.create(session=session, rounds=resolved.rounds, min_parties=min_parties, seed=seed,
-                      config=resolved.config, party_ids=party_ids)
+                      config=resolved.config, party_ids=party_ids,
+                      warm_start_from=None if previous is None else previous.release_id)
     manager.submit(run.run_id)
     return run

@@ -11,11 +11,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import httpx
+import numpy as np
 from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.config import CoordinatorSettings
 from services.coordinator import registry as parties_registry
+from services.coordinator import releases as releases_store
 from services.coordinator import runs
 from services.coordinator.client import HttpLink, PartyClient, TrafficCounter
 from services.coordinator.preflight import check_parties
@@ -27,10 +29,12 @@ from services.federation.aggregation import aggregation
 from services.federation.fanout import fan_out
 from services.federation.messages import (
     ConfigureRequest,
+    ConfigureResponse,
     PeersRequest,
     PeersResponse,
     StartRequest,
     StartResponse,
+    WarmStartRef,
 )
 from services.federation.plan import Engine
 from services.protocol.tracing import bound_request_id
@@ -192,11 +196,12 @@ class RunManager:
             n_users, parties = self._align(run_id, parties, counter, min_parties=run.min_parties)
         else:
             n_users = run.n_users
+        warm = self._warm_ref(run.warm_start_from)
         engine, parties = self._prepare(run_id, parties, protocol, config, n_users, counter,
-                                        min_parties=run.min_parties)
+                                        min_parties=run.min_parties, warm=warm)
         self._flush(run_id, counter)
-        self._rounds(run_id, protocol, engine)
-        self._publish(run_id, parties, counter)
+        best = self._rounds(run_id, protocol, engine)
+        self._publish(run_id, parties, counter, best=best)
 
     def _flush(self, run_id: str, counter: TrafficCounter) -> None:
         sent, received = counter.snapshot()
@@ -268,11 +273,21 @@ class RunManager:
             self._set(run_id, runs.ALIGNING, f"{n_users} common users", n_users=n_users)
             return n_users, parties
 
+    def _warm_ref(self, release_id: str | None) -> WarmStartRef | None:
+        """The release a warm run starts from and its run (None: a cold run)."""
+        if release_id is None:
+            return None
+        with self.sessions() as session:
+            row = releases_store.get(session=session, release_id=release_id)
+            return WarmStartRef(release_id=release_id, run_id=row.run_id, round_index=row.round_index)
+
     def _prepare(self, run_id: str, party_ids: list[str], protocol: str, config: Any, n_users: int,
-                 counter: TrafficCounter, *, min_parties: int) -> tuple[Engine, list[str]]:
-        """Configure + start every party, build the protocol's engine, restore the newest checkpoint."""
+                 counter: TrafficCounter, *, min_parties: int,
+                 warm: WarmStartRef | None = None) -> tuple[Engine, list[str]]:
+        """Configure + start every party, build the protocol's engine, restore the newest checkpoint
+        (a warm run with none yet: the release's run's last checkpoint, users mapped by the parties' row map)."""
         settings = {"protocol": protocol, **config.model_dump(exclude={"seed", "rounds", "projection_seed"})}
-        request = ConfigureRequest(run_id=run_id, config=settings, seed=run_seed(config))
+        request = ConfigureRequest(run_id=run_id, config=settings, seed=run_seed(config), warm_start=warm)
         while True:
             self._check(run_id)
             clients = self._clients(party_ids, counter)
@@ -306,7 +321,31 @@ class RunManager:
             ckpt = runs.latest_checkpoint(session=session, run_id=run_id)
         if ckpt is not None:
             engine.restore(ckpt[1])
+        elif warm is not None:
+            self._warm_engine(protocol, engine, warm, answers)
         return engine, party_ids
+
+    def _warm_engine(self, protocol: str, engine: Engine, warm: WarmStartRef,
+                     answers: dict[str, ConfigureResponse]) -> None:
+        """Load the release's run's public parameters, re-indexed by the row map every party sent (all equal)."""
+        maps = {p: tuple(a.user_rows) for p, a in answers.items() if a.user_rows is not None}
+        if not maps:
+            raise RunFailed(f"warm start from {warm.release_id}: no party of this run holds that release's alignment")
+        if len(set(maps.values())) != 1:
+            raise RunFailed(f"warm start from {warm.release_id}: the parties sent different user row maps "
+                            f"({', '.join(sorted(maps))})")
+        with self.sessions() as session:
+            old = runs.checkpoint_of(session=session, run_id=warm.run_id, round_index=warm.round_index)
+        if old is None:
+            raise RunFailed(f"warm start from {warm.release_id}: its run {warm.run_id} kept no checkpoint of "
+                            f"round {warm.round_index}")
+        rows = np.asarray(next(iter(maps.values())), dtype=np.int64)
+        try:
+            registry.plan(protocol).warm_engine(engine, state=old, user_rows=rows)
+        except ValueError as exc:
+            raise RunFailed(f"warm start from {warm.release_id}: {exc}") from exc
+        log.info("run warm-started", extra={"release_id": warm.release_id, "kept_users": int((rows >= 0).sum()),
+                                            "new_users": int((rows < 0).sum())})
 
     @staticmethod
     def _sealed_for(party_id: str, sealed: dict[str, PeersResponse]) -> dict[str, str]:
@@ -314,9 +353,14 @@ class RunManager:
         return {sender: answer.sealed[party_id] for sender, answer in sorted(sealed.items())
                 if sender != party_id and party_id in answer.sealed}
 
-    def _rounds(self, run_id: str, protocol: str, engine: Engine) -> None:
-        """Rounds from the last completed one; below min_parties the run pauses and retries the round."""
+    def _rounds(self, run_id: str, protocol: str, engine: Engine) -> int | None:
+        """Rounds from the last completed one; below min_parties the run pauses and retries the round.
+
+        Returns the best validation round whose model every party kept (None: no validation figures).
+        """
         attempt = 0
+        with self.sessions() as session:  # a resumed run: the parties kept its best round so far
+            best = self._best(runs.rounds_of(session=session, run_id=run_id))
         strategy = aggregation(secure=registry.plan(protocol).secure_by_default(engine.config))
         patience = int(getattr(engine.config, "patience", 1 << 30))
         while True:
@@ -328,7 +372,7 @@ class RunManager:
                 history = runs.rounds_of(session=session, run_id=run_id) if stoppable else []
             t = run.rounds_done
             if t >= run.rounds_total or (stoppable and self._stalled(history, patience)):
-                return
+                return None if best is None else best[0]
             self._check(run_id)
             counter = TrafficCounter()
             clients = self._clients(run.party_ids, counter)
@@ -356,16 +400,34 @@ class RunManager:
                                       time.monotonic() - started)
             with self.sessions() as session:
                 runs.record_round(session=session, run_id=run_id, record=record,
-                                  checkpoint=engine.checkpoint())
+                                  checkpoint=engine.checkpoint(), keep_round=None if best is None else best[0])
                 runs.set_state(session=session, run_id=run_id, state=runs.RUNNING,
                                detail=f"round {t + 1}/{run.rounds_total} done; test RMSE "
                                       f"{row.get('test_rmse', math.nan):.4f}")
             log.info("round completed", extra={"run_id": run_id, "round": t, "request_id": request_id,
                                                "seconds": round(record.seconds, 3), "participants": outcome.participants})
+            if "valid_rmse" in row and (best is None or row["valid_rmse"] < best[1]):
+                best = self._keep_best(run_id, clients, t, row["valid_rmse"]) or best
             if self.on_round is not None:
                 self.on_round(run_id, record, engine.config)
             attempt = 0
             self._stalled_since.pop(run_id, None)
+
+    @staticmethod
+    def _best(history: list[Any]) -> tuple[int, float] | None:
+        """(round, validation RMSE) of the best validation round of a run's history (None: no figures)."""
+        valid = [(r.metrics["valid_rmse"], r.round_index) for r in history if "valid_rmse" in r.metrics]
+        return None if not valid else (min(valid)[1], min(valid)[0])
+
+    def _keep_best(self, run_id: str, clients: dict[str, PartyClient], round_index: int,
+                   valid: float) -> tuple[int, float] | None:
+        """Ask every party to keep this round's model (the best so far); None when one could not (the release
+        then holds the previous best, which every party kept)."""
+        _, failures = fan_out(self._pool, clients, lambda c: c.keep_best(run_id=run_id, round_index=round_index))
+        if failures:
+            log.warning("run %s: round %d not kept at %s", run_id, round_index, sorted(failures))
+            return None
+        return round_index, valid
 
     @staticmethod
     def _stalled(history: list[Any], patience: int) -> bool:
@@ -377,14 +439,16 @@ class RunManager:
                  if math.isfinite(r.metrics.get("valid_rmse", math.nan))]
         return bool(valid) and valid[-1][1] - min(valid)[1] >= patience
 
-    def _publish(self, run_id: str, party_ids: list[str], counter: TrafficCounter) -> None:
-        """Stage the run's serving model at every party as a release, activate it if the gate lets it."""
+    def _publish(self, run_id: str, party_ids: list[str], counter: TrafficCounter, *, best: int | None) -> None:
+        """Stage the run's serving model (its best validation round's, else its last round's) at every party as a
+        release, activate it if the gate lets it."""
         with self.sessions() as session:
             run = runs.get(session=session, run_id=run_id)
             history = runs.rounds_of(session=session, run_id=run_id)
-        last = run.rounds_done - 1
-        release = self.releases().publish(run_id=run_id, party_ids=party_ids, round_index=last,
-                                          metrics=dict(history[-1].metrics) if history else {})
+        chosen = run.rounds_done - 1 if best is None else best
+        metrics = next((dict(r.metrics) for r in history if r.round_index == chosen), {})
+        release = self.releases().publish(run_id=run_id, party_ids=party_ids, round_index=chosen, metrics=metrics,
+                                          warm_start_from=run.warm_start_from)
         test = history[-1].metrics.get("test_rmse", math.nan) if history else math.nan
         dp = (run.config.get("train") or run.config).get("dp_epsilon") is not None
         detail = f"completed {run.rounds_done} rounds; " + (
@@ -393,7 +457,7 @@ class RunManager:
             else "no test ratings labelled at the parties (fedrec party evaluation-split FILE)")
         if run.rounds_done < run.rounds_total:
             detail += " (stopped early: no validation improvement)"
-        detail += f"; {release.release_id} {release.state}"
+        detail += f"; {release.release_id} {release.state} (holds round {chosen})"
         if release.state != ACTIVE:
             detail += f": {release.reason}"
         self._set(run_id, runs.COMPLETED, detail)

@@ -34,7 +34,7 @@ class RoundRecord:
 
 def create(
     *, session: Session, rounds: int, min_parties: int, seed: int, config: dict[str, Any],
-    party_ids: list[str] | None = None,
+    party_ids: list[str] | None = None, warm_start_from: str | None = None,
 ) -> RunRow:
     """Create a pending run over the given (default: all enabled) parties; 409 if a run is active."""
     active = session.scalar(select(RunRow).where(RunRow.state.in_(ACTIVE_STATES)))
@@ -43,7 +43,8 @@ def create(
     party_ids = run_parties(session=session, party_ids=party_ids, min_parties=min_parties)
     run = RunRow(run_id=uuid.uuid4().hex[:16], state=PENDING, detail="queued", config=config,
                  party_ids=list(party_ids), rounds_total=rounds, rounds_done=0, min_parties=min_parties,
-                 seed=seed, bytes_sent={}, bytes_received={}, cancel_requested=False)
+                 seed=seed, bytes_sent={}, bytes_received={}, cancel_requested=False,
+                 warm_start_from=warm_start_from)
     session.add(run)
     session.commit()
     return run
@@ -105,15 +106,20 @@ def set_state(*, session: Session, run_id: str, state: str, detail: str = "", **
     return run
 
 
-def record_round(*, session: Session, run_id: str, record: RoundRecord, checkpoint: bytes) -> None:
-    """Atomically store a completed round, its checkpoint and the run's progress (the resume point)."""
+def record_round(*, session: Session, run_id: str, record: RoundRecord, checkpoint: bytes,
+                 keep_round: int | None = None) -> None:
+    """Atomically store a completed round, its checkpoint and the run's progress (the resume point).
+
+    The last KEEP_CHECKPOINTS checkpoints are kept, and `keep_round`'s (the best round's, for its release).
+    """
     run = get(session=session, run_id=run_id)
     session.merge(RoundRow(run_id=run_id, round_index=record.round_index, participants=record.participants,
                            failures=record.failures, metrics=record.metrics, bytes_sent=record.bytes_sent,
                            bytes_received=record.bytes_received, seconds=record.seconds))
     session.merge(CheckpointRow(run_id=run_id, round_index=record.round_index, state=checkpoint))
     session.execute(delete(CheckpointRow).where(CheckpointRow.run_id == run_id,
-                                                CheckpointRow.round_index <= record.round_index - KEEP_CHECKPOINTS))
+                                                CheckpointRow.round_index <= record.round_index - KEEP_CHECKPOINTS,
+                                                CheckpointRow.round_index != (-1 if keep_round is None else keep_round)))
     run.rounds_done = record.round_index + 1
     sent, recv = dict(run.bytes_sent), dict(run.bytes_received)
     for pid, n in record.bytes_sent.items():
@@ -141,6 +147,12 @@ def latest_checkpoint(*, session: Session, run_id: str) -> tuple[int, bytes] | N
     row = session.scalar(select(CheckpointRow).where(CheckpointRow.run_id == run_id)
                          .order_by(CheckpointRow.round_index.desc()).limit(1))
     return None if row is None else (row.round_index, row.state)
+
+
+def checkpoint_of(*, session: Session, run_id: str, round_index: int) -> bytes | None:
+    """The checkpoint taken after one round (None when it was not kept)."""
+    row = session.get(CheckpointRow, (run_id, round_index))
+    return None if row is None else row.state
 
 
 def resumable(*, session: Session) -> list[str]:

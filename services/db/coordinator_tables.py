@@ -51,6 +51,8 @@ class RunRow(CoordinatorBase):
     bytes_sent: Mapped[dict[str, int]] = mapped_column(JSON, default=dict)
     bytes_received: Mapped[dict[str, int]] = mapped_column(JSON, default=dict)
     cancel_requested: Mapped[bool] = mapped_column(default=False)
+    # the release a warm run starts from (chosen when the run is created: the active one then); None: cold
+    warm_start_from: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
 
@@ -97,6 +99,7 @@ class ReleaseRow(CoordinatorBase):
     staged: Mapped[list[str]] = mapped_column(JSON, default=list)  # parties that stored the model under it
     state: Mapped[str] = mapped_column(String(16), index=True)
     reason: Mapped[str] = mapped_column(Text, default="")
+    warm_start_from: Mapped[str | None] = mapped_column(String(64), nullable=True)  # its run's, if warm
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     activated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)

@@ -14,12 +14,21 @@ class _Msg(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class WarmStartRef(_Msg):
+    """The release a warm run starts from, and the run that trained it."""
+
+    release_id: str = Field(min_length=1, max_length=64)
+    run_id: str = Field(min_length=1, max_length=64)
+    round_index: int = Field(ge=0, description="the round of that run whose model the release holds")
+
+
 class ConfigureRequest(_Msg):
-    """Open a run at a party: engine config and seed (after PSI)."""
+    """Open a run at a party: engine config and seed (after PSI); a warm run names the release it starts from."""
 
     run_id: str = Field(min_length=1, max_length=64)
     config: dict[str, Any]
     seed: int
+    warm_start: WarmStartRef | None = None
 
 
 class KeyAnnouncementModel(_Msg):
@@ -40,6 +49,9 @@ class ConfigureResponse(_Msg):
     train_count: int
     train_sum: float
     key: KeyAnnouncementModel
+    user_rows: list[int] | None = Field(
+        default=None, description="warm run: for each aligned user (in the run's order), its row in the release's "
+        "run, -1 for a user new since then (None: cold run, or this party did not stage the release)")
 
 
 class PeersRequest(_Msg):

@@ -9,6 +9,7 @@ per round over `Link`s and answer the party side's steps through its `Handler`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -121,4 +122,18 @@ class ProtocolPlan(Protocol):
 
     def secure_by_default(self, config: Any) -> bool:
         """Whether the run's sums are masked (the config's secure_aggregation)."""
+        ...
+
+    def warm_settings(self, *, previous: Mapping[str, Any], settings: Mapping[str, Any],
+                      explicit: AbstractSet[str]) -> dict[str, Any]:
+        """A warm run's settings from the previous run's (`explicit`: those its caller set); ValueError saying
+        why when this protocol cannot continue that run (another protocol, another architecture)."""
+        ...
+
+    def warm_party(self, side: PartySide, *, state: bytes, item_rows: np.ndarray) -> None:
+        """Load a previous run's party checkpoint into a new side, items mapped by `item_rows` (-1: new)."""
+        ...
+
+    def warm_engine(self, engine: Engine, *, state: bytes, user_rows: np.ndarray) -> None:
+        """Load a previous run's engine checkpoint into a new engine, users mapped by `user_rows` (-1: new)."""
         ...

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from concurrent.futures import Executor
 from typing import Any, Literal
 
 import numpy as np
 
+from services.errors import ProtocolError
 from services.federation.aggregation import Aggregation, PartyAggregation
 from services.federation.links import Handler, Link
 from services.federation.plan import RatingTable, RoundOutcome, Seeds
@@ -115,6 +117,19 @@ class FedPerGNNPlan:
     def secure_by_default(self, config: Any) -> bool:
         """FedPerGNN's uploads are LDP-noised and summed as sent (its design)."""
         return False
+
+    def warm_settings(self, *, previous: Mapping[str, Any], settings: Mapping[str, Any],
+                      explicit: AbstractSet[str]) -> dict[str, Any]:
+        """Refused: a FedPerGNN party's user state (pseudonymised neighbourhoods, local user rows) is per run."""
+        raise ValueError("FedPerGNN runs cannot warm start (only VerFedGNN runs can); create the run without warm_start")
+
+    def warm_party(self, side: Any, *, state: bytes, item_rows: np.ndarray) -> None:
+        """Refused (see warm_settings)."""
+        raise ProtocolError("FedPerGNN runs cannot warm start")
+
+    def warm_engine(self, engine: Any, *, state: bytes, user_rows: np.ndarray) -> None:
+        """Refused (see warm_settings)."""
+        raise ProtocolError("FedPerGNN runs cannot warm start")
 
 
 PLAN = FedPerGNNPlan()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -27,15 +28,19 @@ from services.federation.messages import (
     PeersResponse,
     StartRequest,
     StartResponse,
+    WarmStartRef,
     announcements_from,
 )
 from services.federation.plan import PartySide, ProtocolPlan, RatingTable, Seeds
+from services.federation.warm import row_map
 from services.party import fed_store as store
 from services.party.dp_policy import DpPolicy, check_dp_request
-from services.party.serving import ServingModel, publish
+from services.party.serving import ServingModel, publish, release_model
 from services.protocol.federation import decode_points, encode_points, pack_tree, unpack_tree
 
 KEEP_SNAPSHOTS = 3
+BEST_MODEL, BEST_TRAINER = "best-model:", "best-trainer:"  # + run id: the kept best round (version = round + 2)
+log = logging.getLogger("fedrec.party")
 PSI_TTL_S = 3600.0  # a PSI left unfinished this long is abandoned (it holds the user list and a secret)
 MAX_PSI = 8  # PSI sessions kept at once; the oldest is dropped first
 
@@ -61,6 +66,7 @@ class _Run:
     current: tuple[int, int] | None = None  # (round, attempt) in progress
     last: tuple[int, int, str, int] | None = None  # the latest step answered (a recovery may follow only it)
     cache: dict[tuple[int, int, str, int], bytes] = field(default_factory=dict)
+    warm: WarmStartRef | None = None  # the release a warm run starts from
 
 
 class FederationService:
@@ -208,20 +214,36 @@ class FederationService:
             if found is None:
                 raise ProtocolError(f"run {request.run_id} has no user alignment at this party (run PSI first)")
             users = [str(u) for u in unpack_tree(found[1])["user_ids"].tolist()]
-            run = _Run(request.run_id, plan, config, request.seed, users, store.all_item_ids(session=session))
+            run = _Run(request.run_id, plan, config, request.seed, users, store.all_item_ids(session=session),
+                       warm=request.warm_start)
             check_dp_request(policy=self.dp_policy, epsilon=getattr(config, "dp_epsilon", None), session=session,
                              n_users=len(users), n_items=len(run.item_order))
             run.secagg = SecAggParty(party_id=self.party_id, secret=self.secret(session), run_id=request.run_id)
             data = self._load_data(session, run, total_items=1)
+            warm = None if request.warm_start is None else request.warm_start.model_dump()
             store.put_state(session=session, key=f"run:{request.run_id}",
-                            value={"config": request.config, "seed": request.seed, "start": None})
+                            value={"config": request.config, "seed": request.seed, "start": None, "warm_start": warm})
             self._runs[request.run_id] = run
             a = run.secagg.announce()
             count, total = plan.announce(data)
             return ConfigureResponse(party_id=self.party_id, n_users=len(users), n_items=len(run.item_order),
-                                     train_count=count, train_sum=total,
+                                     train_count=count, train_sum=total, user_rows=self._user_rows(session, run),
                                      key=KeyAnnouncementModel(party_id=a.party_id, dh_public=a.dh_public,
                                                               identity=a.identity, signature=a.signature))
+
+    @staticmethod
+    def _user_rows(session: Session, run: _Run) -> list[int] | None:
+        """A warm run: each aligned user's row in the release's run (-1: new), from the two runs' alignments.
+
+        Both alignments are the same at every party (sorted ids of the intersection), so every party sends
+        the same map; it tells the coordinator which of its old rows continue, never an id.
+        """
+        if run.warm is None:
+            return None
+        found = store.get_artifact(session=session, name=f"alignment:{run.warm.run_id}")
+        if found is None:  # this party was not in the release's run (or pruned it): it has no map to give
+            return None
+        return [int(r) for r in row_map(unpack_tree(found[1])["user_ids"].tolist(), run.user_order)]
 
     def _load_data(self, session: Session, run: _Run, *, total_items: int) -> Any:
         users, items, ratings, codes = store.load_ratings(session=session)
@@ -263,11 +285,40 @@ class FederationService:
                                   aggregation=aggregation)
         snap = store.get_artifact(session=session, name=f"trainer:{run.run_id}")
         if snap is None:
+            if run.warm is not None:
+                self._warm(session, run)
             self._snapshot(session, run, round_index=-1)
         else:
             run.side.restore(snap[1])
             run.done = snap[0] - 2
         run.current, run.cache = None, {}
+
+    def _warm(self, session: Session, run: _Run) -> None:
+        """Start the new trainer from the release's run: its last trainer snapshot, items mapped by id.
+
+        A party that did not stage the release (or no longer holds its snapshot) starts its items cold.
+        """
+        assert run.warm is not None and run.side is not None
+        model = release_model(session=session, release_id=run.warm.release_id)
+        old = self._state_after(session, run.warm.run_id, run.warm.round_index)
+        if model is None or old is None or model.run_id != run.warm.run_id:
+            log.warning("run %s: release %s not held here; this party's items start cold", run.run_id,
+                        run.warm.release_id)
+            return
+        try:
+            run.plan.warm_party(run.side, state=old, item_rows=row_map(model.item_ids.tolist(), run.item_order))
+        except ValueError as exc:
+            raise ValidationFailed(f"cannot warm start from {run.warm.release_id}: {exc}",
+                                   extra={"field": "warm_start"}) from exc
+
+    @staticmethod
+    def _state_after(session: Session, run_id: str, round_index: int) -> bytes | None:
+        """The trainer snapshot a run took after `round_index`: kept as its best round, or still among its last."""
+        for name in (f"{BEST_TRAINER}{run_id}", f"trainer:{run_id}"):
+            found = store.get_artifact(session=session, name=name, max_version=round_index + 2)
+            if found is not None and found[0] == round_index + 2:
+                return found[1]
+        return None
 
     def _snapshot(self, session: Session, run: _Run, *, round_index: int) -> None:
         """Persist the trainer after a finished round (version = round + 2, so the initial state is 1)."""
@@ -290,7 +341,8 @@ class FederationService:
         users = [str(u) for u in unpack_tree(found[1])["user_ids"].tolist()]
         plan = registry.plan(registry.protocol_of(value["config"]))
         config = self._config(plan, value["config"], int(value["seed"]))
-        run = _Run(run_id, plan, config, int(value["seed"]), users, store.all_item_ids(session=session))
+        run = _Run(run_id, plan, config, int(value["seed"]), users, store.all_item_ids(session=session),
+                   warm=WarmStartRef(**value["warm_start"]) if value.get("warm_start") else None)
         run.secagg = SecAggParty(party_id=self.party_id, secret=self.secret(session), run_id=run_id)
         run.secagg.accept(announcements_from(value["peers"]))  # verified (and pinned) when first received
         self._build(session, run, StartRequest(**value["start"]))
@@ -357,26 +409,59 @@ class FederationService:
             run.side.restore(snap[1])
             run.done = snap[0] - 2
 
-    def publish(self, *, run_id: str, round_index: int, release_id: str | None = None) -> int:
-        """Store the latest completed forward as the serving model (staged under `release_id` when given)."""
+    def keep_best(self, *, run_id: str, round_index: int) -> int:
+        """Keep the model of `round_index`, the run's best validation round so far, for its release.
+
+        Asked by the coordinator right after that round, before the next begins: the serving model of the
+        round's forward and the trainer's snapshot after it are copied (older kept ones replaced). The
+        kept model is a serving-model artifact, so an erasure reaches it as it reaches published ones.
+        """
         with self._lock, self.sessions() as session:
             run = self._run(session, run_id)
-            assert run.side is not None
-            sm: dict[str, Any] = run.side.serving_model()
-            # the party's private users (VerFedGNN) follow the aligned ones, as in the trainer's rows
-            users = run.user_order + list(getattr(run.data, "private_user_ids", []))
-            n, m = len(users), len(run.item_order)
-            if np.asarray(sm["user_repr"]).shape[0] != n:
-                raise ProtocolError(f"run {run_id}: the model has {np.asarray(sm['user_repr']).shape[0]} user rows, "
-                                    f"this party {n} users")
-            model = ServingModel(
-                run_id=run_id, round_index=round_index, user_ids=np.array(users, dtype=str),
-                item_ids=np.array(run.item_order, dtype=str),
-                h_u=np.asarray(sm["user_repr"], np.float32), h_v=np.asarray(sm["item_repr"], np.float32),
-                user_bias=np.asarray(sm.get("user_bias", np.zeros(n)), np.float32).reshape(n),
-                item_bias=np.asarray(sm.get("item_bias", np.zeros(m)), np.float32).reshape(m),
-                global_bias=float(np.asarray(sm.get("global_bias", 0.0)).reshape(-1)[0]),
-                rating_min=self.rating_min, rating_max=self.rating_max,
-                rank_bias=np.asarray(sm["rank_bias"], np.float32).reshape(m) if "rank_bias" in sm else None,
-                rating_dim=int(sm.get("rating_dim", 0)), feedback=str(getattr(run.data, "feedback", "explicit")))
-            return publish(session=session, model=model, release_id=release_id)
+            if run.done != round_index:
+                raise ProtocolError(f"round {round_index} is not this party's latest finished round "
+                                    f"(last finished {run.done})", extra={"field": "round_index"})
+            snap = store.get_artifact(session=session, name=f"trainer:{run_id}")
+            if snap is None or snap[0] != round_index + 2:
+                raise ProtocolError(f"no snapshot after round {round_index} at this party")
+            version = round_index + 2
+            for name, kind, payload in ((f"{BEST_MODEL}{run_id}", "serving_model",
+                                         self._serving(run, round_index).to_bytes()),
+                                        (f"{BEST_TRAINER}{run_id}", "trainer_state", snap[1])):
+                store.put_artifact(session=session, name=name, kind=kind, payload=payload, version=version)
+                store.prune_artifact(session=session, name=name, below_version=version)
+            return version
+
+    def publish(self, *, run_id: str, round_index: int, release_id: str | None = None) -> int:
+        """Store the model of `round_index` as the serving model (staged under `release_id` when given): the
+        latest finished round's, or the one kept for that round (`keep_best`); 409 for any other round."""
+        with self._lock, self.sessions() as session:
+            run = self._run(session, run_id)
+            kept = store.get_artifact(session=session, name=f"{BEST_MODEL}{run_id}", max_version=round_index + 2)
+            if kept is not None and kept[0] == round_index + 2:
+                return publish(session=session, model=ServingModel.from_bytes(kept[1]), release_id=release_id)
+            if round_index != run.done:
+                raise ProtocolError(f"round {round_index} is neither this party's latest finished round ({run.done}) "
+                                    "nor one it kept", extra={"field": "round_index"})
+            return publish(session=session, model=self._serving(run, round_index), release_id=release_id)
+
+    def _serving(self, run: _Run, round_index: int) -> ServingModel:
+        """The serving model of the latest completed forward (the caller holds the lock)."""
+        assert run.side is not None
+        sm: dict[str, Any] = run.side.serving_model()
+        # the party's private users (VerFedGNN) follow the aligned ones, as in the trainer's rows
+        users = run.user_order + list(getattr(run.data, "private_user_ids", []))
+        n, m = len(users), len(run.item_order)
+        if np.asarray(sm["user_repr"]).shape[0] != n:
+            raise ProtocolError(f"run {run.run_id}: the model has {np.asarray(sm['user_repr']).shape[0]} user rows, "
+                                f"this party {n} users")
+        return ServingModel(
+            run_id=run.run_id, round_index=round_index, user_ids=np.array(users, dtype=str),
+            item_ids=np.array(run.item_order, dtype=str),
+            h_u=np.asarray(sm["user_repr"], np.float32), h_v=np.asarray(sm["item_repr"], np.float32),
+            user_bias=np.asarray(sm.get("user_bias", np.zeros(n)), np.float32).reshape(n),
+            item_bias=np.asarray(sm.get("item_bias", np.zeros(m)), np.float32).reshape(m),
+            global_bias=float(np.asarray(sm.get("global_bias", 0.0)).reshape(-1)[0]),
+            rating_min=self.rating_min, rating_max=self.rating_max,
+            rank_bias=np.asarray(sm["rank_bias"], np.float32).reshape(m) if "rank_bias" in sm else None,
+            rating_dim=int(sm.get("rating_dim", 0)), feedback=str(getattr(run.data, "feedback", "explicit")))

@@ -181,6 +181,14 @@ def activate(*, session: Session, release_id: str) -> int:
     return int(version)
 
 
+def release_model(*, session: Session, release_id: str) -> ServingModel | None:
+    """The model staged here under `release_id` (None when this party did not stage it or pruned it)."""
+    version = _get(session, STAGED_PREFIX + release_id)
+    payload = None if version is None else session.scalar(
+        select(ModelArtifact.payload).where(ModelArtifact.name == ARTIFACT_NAME, ModelArtifact.version == int(version)))
+    return None if payload is None else ServingModel.from_bytes(payload)
+
+
 def prune_releases(*, session: Session, keep: list[str]) -> tuple[list[str], list[str]]:
     """Delete every staged release not in `keep` (never the active one): its serving model and its run's
     trainer snapshots, alignment and settings. Returns (pruned release ids, their runs), sorted."""
@@ -207,7 +215,8 @@ def prune_releases(*, session: Session, keep: list[str]) -> tuple[list[str], lis
         select(ModelArtifact.version, ModelArtifact.meta).where(ModelArtifact.name == ARTIFACT_NAME)) if int(v) in kept_versions}
     runs -= kept_runs
     for run_id in runs:
-        session.execute(delete(ModelArtifact).where(ModelArtifact.name.in_([f"trainer:{run_id}", f"alignment:{run_id}"])))
+        session.execute(delete(ModelArtifact).where(ModelArtifact.name.in_(
+            [f"trainer:{run_id}", f"alignment:{run_id}", f"best-model:{run_id}", f"best-trainer:{run_id}"])))
         session.execute(delete(FederationState).where(FederationState.key == f"run:{run_id}"))
     session.commit()
     return sorted(pruned), sorted(runs)

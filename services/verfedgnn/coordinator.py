@@ -18,6 +18,7 @@ from services.crypto.quantization import TernaryUpload, ternary_dequantize
 from services.errors import ProtocolError
 from services.verfedgnn.config import TrainConfig, make_optimizer, model_config
 from services.verfedgnn.types import SPLITS, GradientUpload, MetricSums, RoundMetrics, rmse_mae
+from services.verfedgnn.warm import load_mapped
 
 _SELECT_TAG = 104729  # separates the participant-draw stream from other seeded streams
 
@@ -161,3 +162,9 @@ class CoordinatorTrainer:
         self.public.load_arrays(state["public"])  # type: ignore[arg-type]
         self.optimizer.load_state_dict(state["optimizer"])  # type: ignore[arg-type]
         self.round_index = int(state["round_index"])  # type: ignore[call-overload]
+
+    def load_warm(self, state: dict[str, object], *, user_rows: np.ndarray) -> None:
+        """Start from a previous run's `state_dict`: e_u^0 and b_u copied by `user_rows` (-1: new user, kept fresh)."""
+        load_mapped(module=self.public, optimizer=self.optimizer, params=state["public"],  # type: ignore[arg-type]
+                    optimizer_state=state.get("optimizer"), rows=user_rows,  # type: ignore[arg-type]
+                    by_row={"user_emb", "user_bias"})

@@ -57,6 +57,7 @@ from services.verfedgnn.types import (
     RatingTriples,
     party_number,
 )
+from services.verfedgnn.warm import load_mapped
 
 _DENSE_PHI_LIMIT = 20_000_000  # q·N entries below which Φ is cached densely (fast matmuls)
 _OWN_USERS_TAG = 0x4F574E  # separates the private user rows' initialisation from the item initialisation
@@ -429,6 +430,15 @@ class PartyTrainer:
                         entry[k] = remap(v, torch.zeros((len(current),) + tuple(v.shape[1:]), dtype=v.dtype))
         self.own_users.load_state_dict(rows)
         self._own_optimizer.load_state_dict(opt)
+
+    def load_warm(self, state: dict[str, object], *, item_rows: np.ndarray) -> None:
+        """Start from a previous run's `state_dict`: its item rows copied by `item_rows` (-1: new item, kept fresh)."""
+        load_mapped(module=self.private, optimizer=self.optimizer, params=state["private"],  # type: ignore[arg-type]
+                    optimizer_state=state.get("optimizer"), rows=item_rows,  # type: ignore[arg-type]
+                    by_row={k for k, _ in self.private.named_parameters()})
+        own = state.get("private_users")  # the party's private users, matched by id (a new one keeps its fresh row)
+        if isinstance(own, dict) and self.own_users is not None and self._own_optimizer is not None:
+            self._load_own(own)
 
     def serving_model(self) -> dict[str, np.ndarray]:
         """Final h_u (aligned users, then the private users), h_v (own items) and biases from the latest

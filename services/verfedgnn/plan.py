@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from concurrent.futures import Executor
 from typing import Any, Literal
 
@@ -13,7 +14,7 @@ from services.errors import PolicyRefused
 from services.federation.aggregation import Aggregation, PartyAggregation
 from services.federation.links import Handler, Link
 from services.federation.plan import RatingTable, RoundOutcome, Seeds
-from services.verfedgnn.config import TrainConfig, run_config
+from services.verfedgnn.config import TrainConfig, model_config, run_config
 from services.verfedgnn.coordinator import CoordinatorTrainer
 from services.verfedgnn.party import PartyTrainer
 from services.verfedgnn.private_data import training_data
@@ -160,6 +161,44 @@ class VerFedGNNPlan:
     def secure_by_default(self, config: Any) -> bool:
         """Masked sums unless the run turned secure aggregation off."""
         return bool(config.secure_aggregation)
+
+    def warm_settings(self, *, previous: Mapping[str, Any], settings: Mapping[str, Any],
+                      explicit: AbstractSet[str]) -> dict[str, Any]:
+        """A warm run's settings: the previous run's architecture is required (ValueError naming what differs);
+        the L2 warm-up is skipped unless the run sets it (warm embeddings have left the zero saddle it is for)."""
+        if registry_name(previous) != self.name:
+            raise ValueError(f"the active release was trained with {registry_name(previous)!r}, this run is {self.name!r}")
+        old = model_config(run_config(_engine_only(previous), seed=0, rounds=1))
+        new = model_config(run_config(_engine_only(settings), seed=0, rounds=1))
+        differs = [f"{ARCHITECTURE[k]} {getattr(old, k)!r} → {getattr(new, k)!r}" for k in ARCHITECTURE
+                   if getattr(old, k) != getattr(new, k)]
+        if differs:
+            raise ValueError("the architecture differs from the active release's: " + ", ".join(differs))
+        return dict(settings) if "reg_warmup" in explicit else {**settings, "reg_warmup": 0}
+
+    def warm_party(self, side: Any, *, state: bytes, item_rows: np.ndarray) -> None:
+        """Load the previous run's private item parameters into a new party side, mapped by item."""
+        side.trainer.load_warm(load_state(state), item_rows=item_rows)
+
+    def warm_engine(self, engine: Any, *, state: bytes, user_rows: np.ndarray) -> None:
+        """Load the previous run's public parameters into a new engine, mapped by user row."""
+        engine.trainer.load_warm(load_state(state), user_rows=user_rows)
+
+
+# What a warm run must share with the release's run (model field → the run setting that sets it); the
+# initialisation settings (init_std, gate_init) only shape fresh rows, so they may differ.
+ARCHITECTURE = {"kind": "model", "dim": "dim", "layers": "layers", "activation": "activation", "use_bias": "use_bias",
+                "rating_levels": "rating_levels", "transform": "transform", "rank_dims": "rank_dims",
+                "rank_bias": "rank_weight > 0"}
+
+
+def registry_name(settings: Mapping[str, Any]) -> str:
+    """The protocol a stored run's settings name."""
+    return str(settings.get("protocol") or "verfedgnn")
+
+
+def _engine_only(settings: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in settings.items() if k not in ("protocol", "seed", "rounds", "projection_seed")}
 
 
 PLAN = VerFedGNNPlan()

@@ -94,6 +94,12 @@ def test_create_refuses_bad_config_json_in_one_line(coordinator_url: str) -> Non
     assert code == 1 and output.startswith("error --config is not JSON") and output.count("\n") == 1
 
 
+def test_create_warm_start_without_an_active_release_is_refused_in_one_line(coordinator_url: str) -> None:
+    code, output = _cli("create", "--url", coordinator_url, "--warm-start")
+    assert code == 1 and output.count("\n") == 1, output
+    assert "warm_start_refused" in output and "none is active" in output, output
+
+
 @pytest.fixture
 def coordinator_url(tmp_path: Path) -> Iterator[str]:
     """A live coordinator (own migrated SQLite database, no parties)."""

@@ -62,8 +62,10 @@ def test_no_body_carries_a_negative_item_id_or_an_item_count(
 
 
 def test_served_top_k_is_the_harness_list(done: tuple[Federation, dict[str, Any], list[Any]]) -> None:
-    """The coordinator's fan-out serves exactly the merged list of the harness's model (`topk.train_ranked`)."""
-    fed, _, _ = done
+    """The coordinator's fan-out serves exactly the merged list of the harness's model (`topk.train_ranked`) of
+    the run's best validation round (the round its release holds)."""
+    fed, status, _ = done
+    best = min((r["metrics"]["valid_rmse"], r["round_index"]) for r in status["rounds"])[1]
     config = run_config(CONFIG, seed=SEED, rounds=ROUNDS).model_copy(update={"patience": ROUNDS})
     assert config.secure_aggregation, "a coordinator run's default (secure aggregation) is what is compared"
     datas = party_datas(fed.datasets)
@@ -71,7 +73,7 @@ def test_served_top_k_is_the_harness_list(done: tuple[Federation, dict[str, Any]
     last: dict[str, Any] = {}
 
     def on_model(t: int, scores: dict[str, Any]) -> None:
-        if t == ROUNDS - 1:
+        if t == best:
             last.update(scores)
 
     run = topk.train_ranked(datas, config=config, protocol="federated", on_model=on_model)

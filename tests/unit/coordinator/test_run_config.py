@@ -5,9 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import get_args
 
+import pytest
+
 from services.coordinator.run_config import (
     RUN_CONFIG_MODELS,
     PresetName,
+    WarmSource,
+    WarmStartRefused,
     default_run_config,
     engine_config,
     resolve_run,
@@ -65,3 +69,15 @@ def test_engine_md_lists_every_setting_as_the_models_describe_it() -> None:
             assert f"| `train.{field}` |" in fedpergnn, field
     for field in set(FedPerGNNRunConfig.model_fields) - {"train"}:
         assert f"| `{field}` |" in fedpergnn, field
+
+
+def test_a_warm_run_keeps_the_release_architecture_and_skips_the_l2_ramp() -> None:
+    previous = WarmSource("release-1", "run-1", default_run_config().config)
+    warm = resolve_run(config=VerFedGNNRunConfig(), preset=None, rounds=None, seed=0, previous=previous)
+    assert warm.config["reg_warmup"] == 0 and warm.config["dim"] == previous.config["dim"]
+    kept = resolve_run(config=VerFedGNNRunConfig(reg_warmup=10), preset=None, rounds=None, seed=0, previous=previous)
+    assert kept.config["reg_warmup"] == 10  # set by the caller: kept
+    with pytest.raises(WarmStartRefused, match="layers 2 → 3"):
+        resolve_run(config=VerFedGNNRunConfig(layers=3), preset=None, rounds=None, seed=0, previous=previous)
+    with pytest.raises(WarmStartRefused, match="FedPerGNN runs cannot warm start"):
+        resolve_run(config=FedPerGNNRunConfig(protocol="fedpergnn"), preset=None, rounds=None, seed=0, previous=previous)
