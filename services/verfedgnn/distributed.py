@@ -21,10 +21,10 @@ import argparse
 import dataclasses
 import logging
 import os
-import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 ROW_PARAMS = ("user_emb", "user_bias")  # public parameters with one row per user: sharded, not reduced
 _DENSE_PHI_LIMIT = 20_000_000  # q·n_w entries below which a Gaussian Φ block of columns is kept dense
 _ROOT = Path(__file__).resolve().parents[2]
+STARTUP_S = 120.0  # rendezvous deadline: every rank must have joined within this (or the group's timeout if longer)
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class Cluster:
     master_port: int = 0  # 0: a free port (every rank spawned here); fixed when workers run elsewhere
     local_workers: int | None = None  # ranks 1..local_workers spawned here (None: all W − 1)
     timeout_s: float = 600.0
+    idle_s: float = 900.0  # a run with no step this long releases its workers (its next step starts them again)
 
     @property
     def spawned(self) -> int:
@@ -355,6 +357,8 @@ def _apply(trainer: ShardTrainer, name: str, args: dict[str, Any],
                 trainer.saving = None
     if name == "serving":
         return trainer.serving_rows()
+    if name == "ping":
+        return None
     if name == "load":
         trainer.load_state_dict(args["state"])
         return None
@@ -368,8 +372,10 @@ def _apply(trainer: ShardTrainer, name: str, args: dict[str, Any],
 def worker_main(*, rank: int, world: int, master: str, timeout_s: float) -> int:
     """Join the group, take this rank's block from rank 0, then run steps until told to stop or a wait expires."""
     addr, _, port = master.rpartition(":")
-    dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=timeout_s))
+    store = dist.TCPStore(addr, int(port), world, is_master=False,
+                          timeout=timedelta(seconds=max(STARTUP_S, timeout_s)))
+    store.set(f"joined/{rank}", "1")
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
     try:
         box: list[Any] = [None]
         dist.broadcast_object_list(box, src=0)
@@ -418,13 +424,6 @@ _ACTIVE: DistributedPartyTrainer | None = None  # torch.distributed's default gr
 _ACTIVE_LOCK = threading.RLock()
 
 
-def free_port(addr: str) -> int:
-    """A port the OS reports free on `addr` (the rendezvous binds it right after)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((addr, 0))
-        return int(s.getsockname()[1])
-
-
 class DistributedPartyTrainer:
     """PartyTrainer's step interface at rank 0, driving W − 1 workers; the same answers as one PartyTrainer."""
 
@@ -438,27 +437,56 @@ class DistributedPartyTrainer:
         self._procs: list[subprocess.Popen[bytes]] = []
         self._shard: ShardTrainer | None = None
         self._state: dict[str, object] | None = None  # replicated state to reload into a fresh group
+        self._serving: dict[str, np.ndarray] | None = None  # the latest serving arrays, kept when workers leave
+        self._last_step = time.monotonic()
         self._start()
         assert self._shard is not None
-        self.public = _FullShapes(self._shard, data.n_users)
+        self.public: _FullShapes = _FullShapes(self._shard, data.n_users)
 
     # ---- group lifecycle ---------------------------------------------------------------------
     def _start(self) -> None:
         global _ACTIVE
         with _ACTIVE_LOCK:
             if _ACTIVE is not None and _ACTIVE is not self:
-                _ACTIVE.close()  # another run's group gives way (it starts again at its next step)
+                _ACTIVE.close(keep_serving=True)  # another run's group gives way (it starts again at its next step)
             _ACTIVE = self
+            self._last_step = time.monotonic()
+            self._spawn()
+            threading.Thread(target=self._heartbeat, name=f"train-heartbeat-{self.party_id}", daemon=True).start()
+
+    def _heartbeat(self) -> None:
+        """Keep idle workers waiting (each wait has the group's deadline); release them once the run is idle."""
+        shard = self._shard
+        period = max(0.05, min(self.cluster.timeout_s / 4, self.cluster.idle_s / 4))
+        while True:
+            time.sleep(period)
+            with _ACTIVE_LOCK:
+                if self._shard is not shard or shard is None:
+                    return  # this group closed
+                if time.monotonic() - self._last_step > self.cluster.idle_s:
+                    self.close(keep_serving=True)
+                    return
+                try:
+                    dist.broadcast_object_list([("ping", {})], src=0)
+                except (RuntimeError, dist.DistBackendError):
+                    self.close()
+                    return
+
+    def _spawn(self) -> None:
         c = self.cluster
-        port = c.master_port or free_port(c.master_addr)
+        # the store waits for workers to start (imports take seconds) longer than a step may take
+        store = dist.TCPStore(c.master_addr, c.master_port, c.workers, is_master=True, wait_for_workers=False,
+                              timeout=timedelta(seconds=max(STARTUP_S, c.timeout_s)))
+        port = store.port
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPATH", "")])}
         self._procs = [subprocess.Popen([sys.executable, "-m", "services.verfedgnn.distributed", "--rank", str(r),
                                          "--world-size", str(c.workers), "--master", f"{c.master_addr}:{port}",
                                          "--timeout-s", str(c.timeout_s)], env=env, cwd=str(_ROOT))
                        for r in range(1, c.spawned + 1)]
         try:
-            dist.init_process_group("gloo", init_method=f"tcp://{c.master_addr}:{port}", rank=0,
-                                    world_size=c.workers, timeout=timedelta(seconds=c.timeout_s))
+            store.wait([f"joined/{r}" for r in range(1, c.workers)], timedelta(seconds=max(STARTUP_S, c.timeout_s)))
+            dist.init_process_group("gloo", store=store, rank=0, world_size=c.workers,
+                                    timeout=timedelta(seconds=c.timeout_s))
             n = self.data.n_users
             dist.broadcast_object_list([{"config": self.config, "seed": self.seed, "local_seed": self.local_seed,
                                          "n_users": n}], src=0)
@@ -476,26 +504,44 @@ class DistributedPartyTrainer:
         return self._shard is not None and dist.is_initialized() and all(p.poll() is None for p in self._procs)
 
     def _ensure(self) -> ShardTrainer:
-        """The running group; a fresh one (state reloaded) when workers left after an idle deadline."""
-        if not self._alive():
-            self.close()
-            self._start()
-        assert self._shard is not None
-        return self._shard
+        """The running group; a fresh one (state reloaded) when its workers left."""
+        with _ACTIVE_LOCK:
+            if not self._alive():
+                self.close()
+                self._start()
+            assert self._shard is not None
+            return self._shard
 
     def _call(self, name: str, args: dict[str, Any], **inputs: Any) -> Any:
-        assert self._shard is not None
-        try:
-            dist.broadcast_object_list([(name, args)], src=0)
-            return _apply(self._shard, name, args, **inputs)
-        except (RuntimeError, dist.DistBackendError) as exc:
-            self.close()
-            raise ProtocolError(f"party training workers failed ({str(exc).splitlines()[0]}); retry the round") \
-                from exc
+        with _ACTIVE_LOCK:
+            if self._shard is None or not self._alive():
+                self.close()
+                self._start()
+            assert self._shard is not None
+            self._last_step = time.monotonic()
+            try:
+                dist.broadcast_object_list([(name, args)], src=0)
+                return _apply(self._shard, name, args, **inputs)
+            except (RuntimeError, dist.DistBackendError) as exc:
+                self.close()
+                raise ProtocolError(f"party training workers failed ({str(exc).splitlines()[0]}); retry the "
+                                    "round") from exc
 
-    def close(self) -> None:
-        """Stop the workers (they leave their loop and exit) and leave the group; idempotent."""
+    def close(self, *, keep_serving: bool = False) -> None:
+        """Stop the workers (they leave their loop and exit) and leave the group; idempotent.
+
+        `keep_serving`: first gather the latest serving arrays, so a publish after the workers left still works."""
+        with _ACTIVE_LOCK:
+            self._close(keep_serving=keep_serving)
+
+    def _close(self, *, keep_serving: bool) -> None:
         global _ACTIVE
+        if keep_serving and self._alive() and self._shard is not None and self._shard._last is not None:
+            try:
+                dist.broadcast_object_list([("serving", {})], src=0)
+                self._serving = _apply(self._shard, "serving", {})
+            except (RuntimeError, dist.DistBackendError):
+                self._serving = None
         if self._shard is not None:
             self._state = self._shard.state_dict()
         if dist.is_initialized() and self._shard is not None:
@@ -513,9 +559,8 @@ class DistributedPartyTrainer:
                 p.kill()
                 p.wait(timeout=30)
         self._procs, self._shard = [], None
-        with _ACTIVE_LOCK:
-            if _ACTIVE is self:
-                _ACTIVE = None
+        if _ACTIVE is self:
+            _ACTIVE = None
 
     @property
     def worker_pids(self) -> list[int]:
@@ -527,7 +572,7 @@ class DistributedPartyTrainer:
         """Broadcast the shared public parameters and scatter the user rows; every rank opens the round.
 
         `measure` (benchmarks): every rank records the bytes its forward saves for backward."""
-        self._ensure()
+        self._serving = None
         shapes = self.public.shapes()
         shared = {k: np.asarray(v, np.float32) for k, v in public.items() if k not in ROW_PARAMS}
         self._call("begin", {"round": round_index, "shared": shared, "shapes": shapes, "measure": measure},
@@ -567,20 +612,25 @@ class DistributedPartyTrainer:
         return self._shard.last_metrics if self._shard is not None else {}
 
     def state_dict(self) -> dict[str, object]:
-        """Private parameters and optimizer state: replicated, so rank 0's copy."""
-        return self._ensure().state_dict()
+        """Private parameters and optimizer state: replicated, so rank 0's copy (or the copy kept at close)."""
+        with _ACTIVE_LOCK:
+            if self._shard is not None:
+                return self._shard.state_dict()
+            assert self._state is not None
+            return self._state
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         """Restore every rank."""
-        self._ensure()
         self._state = state
         self._call("load", {"state": state})
 
     def serving_model(self) -> dict[str, np.ndarray]:
-        """Serving arrays with every user's rows."""
-        self._ensure()
-        out: dict[str, np.ndarray] = self._call("serving", {})
-        return out
+        """Serving arrays with every user's rows (kept from before the workers left, if they did)."""
+        with _ACTIVE_LOCK:
+            if self._serving is not None and not self._alive():
+                return self._serving
+            out: dict[str, np.ndarray] = self._call("serving", {})
+            return out
 
     def measure(self) -> list[dict[str, int]]:
         """Bytes of training state held by each rank (`trainer_bytes`)."""
