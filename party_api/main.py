@@ -42,7 +42,7 @@ def train_cluster(settings: PartySettings) -> Cluster:
     """Where this party's distributed training ranks meet (PARTY_TRAIN_*)."""
     return Cluster(workers=settings.train_workers, master_addr=settings.train_master_addr,
                    master_port=settings.train_master_port, local_workers=settings.train_local_workers,
-                   timeout_s=settings.train_timeout_s)
+                   timeout_s=settings.train_timeout_s, idle_s=settings.train_idle_s)
 
 
 class NoServing(ModelCache):

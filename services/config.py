@@ -184,6 +184,7 @@ class PartySettings(GuardSettings):
     train_master_addr: str = "127.0.0.1"
     train_master_port: int = Field(0, ge=0, le=65535)  # 0: a free port (only when every rank is local)
     train_timeout_s: float = Field(600.0, gt=0.0, le=86400.0)
+    train_idle_s: float = Field(900.0, gt=0.0, le=86400.0)
 
     @model_validator(mode="after")
     def _secrets(self) -> PartySettings:
