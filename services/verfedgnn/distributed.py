@@ -450,8 +450,8 @@ class DistributedPartyTrainer:
             if _ACTIVE is not None and _ACTIVE is not self:
                 _ACTIVE.close(keep_serving=True)  # another run's group gives way (it starts again at its next step)
             _ACTIVE = self
-            self._last_step = time.monotonic()
             self._spawn()
+            self._last_step = time.monotonic()  # idle counts from the group's start (spawning takes a while)
             threading.Thread(target=self._heartbeat, name=f"train-heartbeat-{self.party_id}", daemon=True).start()
 
     def _heartbeat(self) -> None:
@@ -526,6 +526,8 @@ class DistributedPartyTrainer:
                 self.close()
                 raise ProtocolError(f"party training workers failed ({str(exc).splitlines()[0]}); retry the "
                                     "round") from exc
+            finally:
+                self._last_step = time.monotonic()
 
     def close(self, *, keep_serving: bool = False) -> None:
         """Stop the workers (they leave their loop and exit) and leave the group; idempotent.
