@@ -27,7 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models.vertical import build_public
 from services.data.synthetic import generate
 from services.verfedgnn.config import TrainConfig, model_config, shared_projection
-from services.verfedgnn.distributed import Cluster, DistributedPartyTrainer, count_saved, trainer_bytes
+from services.verfedgnn.distributed import (
+    Cluster,
+    DistributedPartyTrainer,
+    count_saved,
+    trainer_bytes,
+)
 from services.verfedgnn.party import PartyTrainer
 from services.verfedgnn.types import PartyData, RatingTriples
 

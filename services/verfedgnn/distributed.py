@@ -380,7 +380,7 @@ def worker_main(*, rank: int, world: int, master: str, timeout_s: float) -> int:
         box: list[Any] = [None]
         dist.broadcast_object_list(box, src=0)
         setup = box[0]
-        lo, hi = shard_bounds(setup["n_users"], world, rank)
+        lo, _ = shard_bounds(setup["n_users"], world, rank)
         part: list[Any] = [None]
         dist.recv_object_list(part, src=0)
         trainer = ShardTrainer(config=setup["config"], data=part[0], seed=setup["seed"],
