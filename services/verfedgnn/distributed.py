@@ -25,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -152,7 +153,9 @@ class PhiColumns:
         n = self.hi - self.lo
         phi = torch.sparse_coo_tensor(torch.stack([r_t, c_t]), v_t, (self.spec.q, n), check_invariants=False)
         phi_t = torch.sparse_coo_tensor(torch.stack([c_t, r_t]), v_t, (n, self.spec.q), check_invariants=False)
-        return phi.coalesce().to_sparse_csr(), phi_t.coalesce().to_sparse_csr()
+        with warnings.catch_warnings():  # "sparse CSR is beta" is noise here
+            warnings.simplefilter("ignore")
+            return phi.coalesce().to_sparse_csr(), phi_t.coalesce().to_sparse_csr()
 
     def project(self, x: torch.Tensor) -> torch.Tensor:
         """Φ[:, lo:hi] X[lo:hi] (q, D): this rank's share of Φ X."""
