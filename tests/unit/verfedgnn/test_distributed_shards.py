@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 import torch
@@ -40,7 +42,7 @@ def test_user_blocks_partition_every_split_with_local_indices() -> None:
 
     data = PartyData("p", n, 30, 60, triples(900), triples(100), triples(50))
     bounds = [shard_bounds(n, 4, w) for w in range(4)]
-    assert bounds[0][0] == 0 and bounds[-1][1] == n and all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+    assert bounds[0][0] == 0 and bounds[-1][1] == n and all(a[1] == b[0] for a, b in pairwise(bounds))
     shards = [shard_data(data, lo, hi) for lo, hi in bounds]
     for name in ("train", "valid", "test"):
         whole = data.split(name)
