@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="the registered protocol to run (fedpergnn: the baseline, over HTTP through the same engine)")
     ap.add_argument("--secure-aggregation", action="store_true",
                     help="mask every per-party message; also run the same HTTP training unmasked for comparison")
+    ap.add_argument("--train-workers", type=int, default=1,
+                    help="PARTY_TRAIN_WORKERS of every party process: each trains on that many torch.distributed "
+                         "ranks (docs/distributed.md); the in-process reference is one process")
     args = ap.parse_args(argv)
     ds = load_ml100k(args.data, split=args.split)
     parts = {f"party{k}": p for k, p in enumerate(vertical_split_dataset(ds, args.parties, seed=args.seed))}
@@ -72,7 +75,8 @@ def main(argv: list[str] | None = None) -> None:
 
     root = Path(tempfile.mkdtemp(prefix="fedrec-bench-"))
     threads = {"OMP_NUM_THREADS": str(args.party_threads)}
-    procs = [party_proc(p, root, extra_env=threads) for p in parts]
+    procs = [party_proc(p, root, extra_env={**threads, "PARTY_TRAIN_WORKERS": str(args.train_workers)})
+             for p in parts]
     coord = coordinator_proc(root, extra_env={"COORD_PAUSE_POLL_S": "0.5", **threads})
     try:
         for proc in [*procs, coord]:
@@ -103,7 +107,8 @@ def main(argv: list[str] | None = None) -> None:
     print(json.dumps({
         "protocol": args.protocol, "secure_aggregation": args.secure_aggregation,
         "data": f"ml-100k/{args.split}", "parties": args.parties, "model": args.model, "rounds": args.rounds,
-        "preset": args.preset, "seed": args.seed, "party_threads": args.party_threads, "seconds_inprocess": round(ref.seconds, 3), "seconds_http": round(seconds_http, 3),
+        "preset": args.preset, "seed": args.seed, "party_threads": args.party_threads,
+        "train_workers": args.train_workers, "seconds_inprocess": round(ref.seconds, 3), "seconds_http": round(seconds_http, 3),
         "ratio": round(seconds_http / ref.seconds, 3), "seconds_http_total_with_psi_and_setup": round(total, 3),
         "bytes_per_round_per_party": round(sum(per_party.values()) / len(per_party)),
         "bytes_per_round_by_party": {p: round(v) for p, v in per_party.items()},

@@ -8,8 +8,21 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
+
+
+class ItemReducer(Protocol):
+    """Sums and maxima over an item's users when those users are split across worker processes."""
+
+    def sum(self, x: torch.Tensor) -> torch.Tensor:
+        """Σ over workers of per-item partial sums (differentiable)."""
+        ...
+
+    def max(self, x: torch.Tensor) -> torch.Tensor:
+        """Element-wise max over workers (no gradient: softmax shifts only)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -26,6 +39,9 @@ class BipartiteGraph:
     n_levels: int = 1
     cache: dict[tuple[str, float], tuple[list[torch.Tensor], list[torch.Tensor]]] = field(
         default_factory=dict, repr=False)
+    # Distributed training (services.verfedgnn.distributed): this graph holds one worker's users, and
+    # item-side sums over users are completed across workers; None: the graph holds every user.
+    reducer: ItemReducer | None = field(default=None, repr=False, compare=False)
 
     @staticmethod
     def from_edges(users: torch.Tensor, items: torch.Tensor, *, n_users: int, n_items: int,
@@ -56,7 +72,13 @@ def to_users(graph: BipartiteGraph, item_x: torch.Tensor, weight: torch.Tensor) 
 def to_items(graph: BipartiteGraph, user_x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """Row v = Σ_{u ∈ N(v)} weight_uv · user_x[u]  → (n_items, D)."""
     msg = user_x.index_select(0, graph.users) * weight.unsqueeze(1)
-    return torch.zeros(graph.n_items, user_x.shape[1], dtype=user_x.dtype).index_add_(0, graph.items, msg)
+    return item_total(graph, torch.zeros(graph.n_items, user_x.shape[1], dtype=user_x.dtype)
+                      .index_add_(0, graph.items, msg))
+
+
+def item_total(graph: BipartiteGraph, partial: torch.Tensor) -> torch.Tensor:
+    """An item-side sum over this graph's users, completed over every worker's users when sharded."""
+    return partial if graph.reducer is None else graph.reducer.sum(partial)
 
 
 def _csr(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> torch.Tensor:
@@ -151,7 +173,10 @@ def item_attention(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact item-side softmax over N(v) ∪ {v} (all of an item's edges are local)."""
     shift = segment_max(graph.items, edge_logit, graph.n_items, self_logit)
+    if graph.reducer is not None:  # one shift per item at every worker (any common shift is exact)
+        shift = graph.reducer.max(shift)
     self_exp = torch.exp(self_logit - shift)
     edge_exp = torch.exp(edge_logit - shift.index_select(0, graph.items))
-    denom = self_exp + torch.zeros(graph.n_items, dtype=edge_exp.dtype).index_add_(0, graph.items, edge_exp)
+    denom = self_exp + item_total(graph, torch.zeros(graph.n_items, dtype=edge_exp.dtype)
+                                  .index_add_(0, graph.items, edge_exp))
     return edge_exp / denom.index_select(0, graph.items), self_exp / denom

@@ -68,7 +68,7 @@ class GCNLayer(nn.Module):
         """Local item update from the users' layer-k embeddings."""
         w = g.gcn_edge_weight(gr, scale)
         _, iu = g.fixed_matrices(gr, ("gcn", scale), w, w)
-        return self.act(self.weight(items + g.level_mm(iu, users, coef)))
+        return self.act(self.weight(items + g.item_total(gr, g.level_mm(iu, users, coef))))
 
     def update_users(self, users: torch.Tensor, neigh: torch.Tensor, self_coef: torch.Tensor | None) -> torch.Tensor:
         """User update from the combined neighbour aggregate."""
@@ -152,7 +152,7 @@ class GGNNLayer(nn.Module):
                      scale: float, coef: torch.Tensor | None = None) -> torch.Tensor:
         """Local item update from the mean of the item's raters."""
         _, iu = g.fixed_matrices(gr, ("mean", 0.0), g.mean_user_weight(gr), g.mean_item_weight(gr))
-        return self.gru(g.level_mm(iu, users, coef), items)
+        return self.gru(g.item_total(gr, g.level_mm(iu, users, coef)), items)
 
     def update_users(self, users: torch.Tensor, neigh: torch.Tensor, self_coef: torch.Tensor | None) -> torch.Tensor:
         """GRU step with the combined aggregate as input and e_u^k as hidden state."""

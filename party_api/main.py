@@ -26,6 +26,7 @@ from services.party.dp_policy import DpPolicy
 from services.party.federation import FederationService
 from services.party.serving import Snapshot
 from services.party.serving_cache import ModelCache
+from services.verfedgnn.distributed import Cluster
 
 
 def social_service(settings: PartySettings, sessions: sessionmaker[Session]) -> SocialService | None:
@@ -35,6 +36,13 @@ def social_service(settings: PartySettings, sessions: sessionmaker[Session]) -> 
     budget = SocialBudget(epsilon_total=settings.social_epsilon_total, delta_total=settings.social_delta_total,
                           allow_no_dp=settings.social_allow_no_dp)
     return SocialService(sessions=sessions, min_key_bits=settings.paillier_min_key_bits, budget=budget)
+
+
+def train_cluster(settings: PartySettings) -> Cluster:
+    """Where this party's distributed training ranks meet (PARTY_TRAIN_*)."""
+    return Cluster(workers=settings.train_workers, master_addr=settings.train_master_addr,
+                   master_port=settings.train_master_port, local_workers=settings.train_local_workers,
+                   timeout_s=settings.train_timeout_s, idle_s=settings.train_idle_s)
 
 
 class NoServing(ModelCache):
@@ -85,7 +93,7 @@ def create_app(settings: PartySettings) -> FastAPI:
             sessions=sessions, party_id=settings.party_id, rating_min=settings.rating_min,
             rating_max=settings.rating_max, secret=bytes.fromhex(settings.secret) if settings.secret else None,
             peer_identities=settings.peer_identities, dp_policy=DpPolicy.from_settings(settings),
-            feedback=settings.feedback)
+            feedback=settings.feedback, cluster=train_cluster(settings))
         cache_class = NoServing if role == "federation" else ModelCache
         app.state.model_cache = cache = cache_class(sessions=sessions, refresh_s=settings.serving_refresh_s,
                                                     on_load=lambda snap: model_version.set(snap.version))
@@ -94,6 +102,8 @@ def create_app(settings: PartySettings) -> FastAPI:
         try:
             yield
         finally:
+            if app.state.federation is not None:
+                app.state.federation.close()  # distributed training workers leave
             cache.stop()
             if social is not None:
                 social.close_all()  # stops the sessions' Paillier worker processes

@@ -179,6 +179,15 @@ class PartySettings(GuardSettings):
     dp_max_released: int = Field(50_000_000, ge=1)
     # Pinned Ed25519 identity keys of the peers ({party_id: hex}); unpinned peers are trusted on first use.
     peer_identities: dict[str, str] = Field(default_factory=dict)
+    # Distributed training (docs/distributed.md): the federation process trains each VerFedGNN run with this many
+    # torch.distributed ranks (itself rank 0), the run's users split among them; workers beyond
+    # train_local_workers join from other machines at train_master_addr:train_master_port.
+    train_workers: int = Field(1, ge=1, le=256)
+    train_local_workers: int | None = Field(None, ge=0, le=255)
+    train_master_addr: str = "127.0.0.1"
+    train_master_port: int = Field(0, ge=0, le=65535)  # 0: a free port (only when every rank is local)
+    train_timeout_s: float = Field(600.0, gt=0.0, le=86400.0)
+    train_idle_s: float = Field(900.0, gt=0.0, le=86400.0)
 
     @model_validator(mode="after")
     def _secrets(self) -> PartySettings:
@@ -189,6 +198,10 @@ class PartySettings(GuardSettings):
             self.api_keys = self.api_keys or [DEV_API_KEY]
             if "paillier_min_key_bits" not in self.model_fields_set:
                 self.paillier_min_key_bits = 512
+        if (self.train_workers > 1 and self.train_master_port == 0 and self.train_local_workers is not None
+                and self.train_local_workers < self.train_workers - 1):
+            raise ValueError("PARTY_TRAIN_MASTER_PORT must be set when workers join from other machines "
+                             "(PARTY_TRAIN_LOCAL_WORKERS < PARTY_TRAIN_WORKERS - 1)")
         missing = [n for n in ("admin_token", "coordinator_token") if not getattr(self, n)]
         if missing:
             raise ValueError(f"missing secrets {missing}: set PARTY_ADMIN_TOKEN etc. or PARTY_DEV_MODE=1")

@@ -37,6 +37,7 @@ from services.party import fed_store as store
 from services.party.dp_policy import DpPolicy, check_dp_request
 from services.party.serving import ServingModel, publish, release_model
 from services.protocol.federation import decode_points, encode_points, pack_tree, unpack_tree
+from services.verfedgnn.distributed import Cluster
 
 KEEP_SNAPSHOTS = 3
 BEST_MODEL, BEST_TRAINER = "best-model:", "best-trainer:"  # + run id: the kept best round (version = round + 2)
@@ -69,12 +70,20 @@ class _Run:
     warm: WarmStartRef | None = None  # the release a warm run starts from
 
 
+def _close_side(run: _Run | None) -> None:
+    """Stop what a run's party side runs beside this process (distributed training workers), if anything."""
+    close = getattr(run.side, "close", None) if run is not None else None
+    if close is not None:
+        close()
+
+
 class FederationService:
     """Answers the coordinator's federation calls for one party (serialised by a lock)."""
 
     def __init__(self, *, sessions: sessionmaker[Session], party_id: str, rating_min: float,
                  rating_max: float, secret: bytes | None = None, peer_identities: Mapping[str, str] | None = None,
-                 dp_policy: DpPolicy | None = None, feedback: Literal["explicit", "implicit"] = "explicit") -> None:
+                 dp_policy: DpPolicy | None = None, feedback: Literal["explicit", "implicit"] = "explicit",
+                 cluster: Cluster | None = None) -> None:
         self.sessions = sessions
         self.feedback = feedback
         self.party_id = party_id
@@ -82,6 +91,7 @@ class FederationService:
         self.peer_identities = dict(peer_identities or {})
         self.rating_min, self.rating_max = rating_min, rating_max
         self.dp_policy = dp_policy
+        self.cluster = cluster or Cluster()  # PARTY_TRAIN_WORKERS > 1: runs train on torch.distributed
         self._lock = threading.RLock()
         self._psi: dict[str, tuple[float, PsiParty]] = {}  # run id -> (started, secret and own ids)
         self._runs: dict[str, _Run] = {}
@@ -94,7 +104,13 @@ class FederationService:
             if psi:
                 self._psi.clear()
             for run_id in runs:
-                self._runs.pop(run_id, None)
+                _close_side(self._runs.pop(run_id, None))
+
+    def close(self) -> None:
+        """The party stops: every run's distributed training workers leave (runs rebuild from the database)."""
+        with self._lock:
+            for run in self._runs.values():
+                _close_side(run)
 
     # ---- PSI -------------------------------------------------------------------------------
     def psi_start(self, *, run_id: str) -> bytes:
@@ -281,8 +297,15 @@ class FederationService:
             raise ProtocolError(f"seed agreement failed: {exc.detail}") from exc
         aggregation = party_aggregation(secure=run.plan.secure_by_default(run.config), secagg=run.secagg,
                                         parties=sorted(request.item_counts))
-        run.side = run.plan.party(config=run.config, data=data, seeds=seeds, item_counts=request.item_counts,
-                                  aggregation=aggregation)
+        _close_side(run)
+        # ---- distributed training (services.verfedgnn.distributed): a plan that offers it, W > 1
+        if self.cluster.workers > 1 and hasattr(run.plan, "distributed_party"):
+            run.side = run.plan.distributed_party(config=run.config, data=data, seeds=seeds,
+                                                  item_counts=request.item_counts, aggregation=aggregation,
+                                                  cluster=self.cluster)
+        else:
+            run.side = run.plan.party(config=run.config, data=data, seeds=seeds, item_counts=request.item_counts,
+                                      aggregation=aggregation)
         snap = store.get_artifact(session=session, name=f"trainer:{run.run_id}")
         if snap is None:
             if run.warm is not None:

@@ -16,6 +16,7 @@ from services.federation.links import Handler, Link
 from services.federation.plan import RatingTable, RoundOutcome, Seeds
 from services.verfedgnn.config import TrainConfig, model_config, run_config
 from services.verfedgnn.coordinator import CoordinatorTrainer
+from services.verfedgnn.distributed import Cluster, DistributedPartyTrainer
 from services.verfedgnn.party import PartyTrainer
 from services.verfedgnn.private_data import training_data
 from services.verfedgnn.rounds import VerFedGNNParty, run_round
@@ -27,7 +28,7 @@ from services.verfedgnn.types import SPLIT_CODES, PartyData, build_party_data
 class VerFedGNNPartySide:
     """One run at a party: the trainer and the handler that answers the round's steps."""
 
-    def __init__(self, trainer: PartyTrainer, handler: VerFedGNNParty) -> None:
+    def __init__(self, trainer: PartyTrainer | DistributedPartyTrainer, handler: VerFedGNNParty) -> None:
         self.trainer, self._handler = trainer, handler
 
     @property
@@ -46,6 +47,11 @@ class VerFedGNNPartySide:
     def serving_model(self) -> dict[str, np.ndarray]:
         """The trainer's serving arrays."""
         return self.trainer.serving_model()
+
+    def close(self) -> None:
+        """Stop the trainer's distributed workers, if it has any."""
+        if isinstance(self.trainer, DistributedPartyTrainer):
+            self.trainer.close()
 
 
 class VerFedGNNEngine:
@@ -150,6 +156,14 @@ class VerFedGNNPlan:
         """A trainer whose Φ and private initialisation the coordinator cannot reproduce."""
         trainer = seeded_trainer(config=config, data=data, seeds=seeds)
         return VerFedGNNPartySide(trainer, VerFedGNNParty(trainer=trainer, item_counts=item_counts,
+                                                          aggregation=aggregation))
+
+    def distributed_party(self, *, config: Any, data: PartyData, seeds: Seeds, item_counts: Mapping[str, int],
+                          aggregation: PartyAggregation, cluster: Cluster) -> VerFedGNNPartySide:
+        """`party` with the run's users split over `cluster.workers` torch.distributed ranks (same messages)."""
+        trainer = DistributedPartyTrainer(config=config.model_copy(update={"projection_seed": seeds.projection_seed}),
+                                          data=data, seed=config.seed, local_seed=seeds.local_seed, cluster=cluster)
+        return VerFedGNNPartySide(trainer, VerFedGNNParty(trainer=trainer, item_counts=item_counts,  # type: ignore[arg-type]
                                                           aggregation=aggregation))
 
     def engine(self, *, config: Any, n_users: int, item_counts: Mapping[str, int],

@@ -1,0 +1,116 @@
+"""A party training on torch.distributed (PARTY_TRAIN_WORKERS=2) gives the model of one process, over real HTTP.
+
+Real processes: party p0 runs `python -m party_api` with two training ranks (its federation process and
+one worker it spawns on loopback, gloo), p1 one process, and a coordinator. p0 also holds users p1 lacks (trained
+privately, at rank 0). The run's test RMSE must be
+that of the in-process reference (the HTTP construction at W = 1, bit-identical to it) within 1e-4, the
+worker must exist while the run trains and leave once the run is idle, and none may outlive the party.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from cli.localfed import API_KEY, CoordinatorClient, coordinator_proc, load_party, party_proc, start_all
+from services.verfedgnn.config import run_config
+from services.verfedgnn.reference import run_reference
+from tests.e2e.test_federation_nonaligned_http import partial_overlap
+from tests.support.federation import TINY_CONFIG
+
+pytestmark = [pytest.mark.slow]
+ROUNDS, SEED = 6, 3
+WORKER_MODULE = b"services.verfedgnn.distributed"
+
+
+def _workers(parent: int) -> set[int]:
+    """Process ids of training workers whose parent is `parent` (from /proc)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == parent and WORKER_MODULE in cmdline:
+            found.add(int(entry.name))
+    return found
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _gone(pids: set[int], timeout: float) -> bool:
+    """Every process of `pids` has exited within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(_running(p) for p in pids):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_two_training_ranks_match_one_process_and_leave(tmp_path: Path) -> None:
+    datasets, only = partial_overlap()  # p0 also trains users p1 lacks: they stay at rank 0, unsharded
+    env = {"PARTY_TRAIN_WORKERS": "2", "PARTY_TRAIN_IDLE_S": "12", "PARTY_TRAIN_TIMEOUT_S": "60"}
+    parties = {"p0": party_proc("p0", tmp_path, extra_env=env), "p1": party_proc("p1", tmp_path)}
+    coordinator = coordinator_proc(tmp_path, extra_env={"COORD_PAUSE_POLL_S": "0.2", "COORD_MAX_RETRIES": "0"})
+    procs = [*parties.values(), coordinator]
+    seen: set[int] = set()
+    try:
+        start_all(procs, timeout=180)
+        with httpx.Client(timeout=120) as http:
+            for pid, proc in parties.items():
+                load_party(http, proc.url, datasets[pid])
+        client = CoordinatorClient(coordinator.url, http=httpx.Client(timeout=60))
+        for pid, proc in parties.items():
+            client.register(pid, proc.url)
+        party0 = parties["p0"].popen
+        assert party0 is not None
+
+        def watch(_: dict[str, Any]) -> None:
+            seen.update(_workers(party0.pid))
+
+        run = client.create_run(rounds=ROUNDS, min_parties=2, seed=SEED, config=TINY_CONFIG)
+        status = client.wait(run["run_id"], timeout=120, on_poll=watch)
+        assert status["state"] == "completed", status["detail"]
+        assert all(r["failures"] == {} for r in status["rounds"])
+        assert len(seen) == 1, f"p0 should train with exactly one spawned worker, saw {seen}"
+
+        ref = run_reference(parties=datasets, config=run_config(TINY_CONFIG, seed=SEED, rounds=ROUNDS),
+                            rounds=ROUNDS)
+        http_rmse = [r["metrics"]["test_rmse"] for r in status["rounds"]]
+        ref_rmse = [h.rmse["test"] for h in ref.history]
+        assert max(abs(a - b) for a, b in zip(http_rmse, ref_rmse)) < 1e-4, (http_rmse, ref_rmse)
+        assert http_rmse[-1] < http_rmse[0]
+        # a user only p0 holds is served by the run's model trained on its ranks, not the fallback
+        own = sorted(only["p0"])[0]
+        with httpx.Client(timeout=30) as http:
+            body = http.get(f"{parties['p0'].url}/v1/users/{own}/recommendations", params={"k": 3},
+                            headers={"X-API-Key": API_KEY}).json()
+        assert body["fallback"] is None and body["run_id"] == run["run_id"], body
+
+        # the run is over: after PARTY_TRAIN_IDLE_S the worker is released and exits
+        assert _gone(seen, timeout=60), "the training worker outlived the idle deadline"
+        # a next run starts the worker again and trains the same way
+        again = client.wait(client.create_run(rounds=2, min_parties=2, seed=SEED, config=TINY_CONFIG)["run_id"],
+                            timeout=120, on_poll=watch)
+        assert again["state"] == "completed", again["detail"]
+        assert abs(again["rounds"][-1]["metrics"]["test_rmse"] - ref_rmse[1]) < 1e-4
+        live = _workers(party0.pid)
+    finally:
+        for proc in procs:
+            proc.stop()
+    assert _gone(seen | live, timeout=30), "a training worker outlived its party"
