@@ -221,15 +221,32 @@ class ShardTrainer(PartyTrainer):
         self.n_total, self.lo = n_users, lo
         local = config if self.rank == 0 else config.model_copy(update={"weight_decay": 0.0})
         super().__init__(config=local, data=data, seed=seed, local_seed=local_seed)
-        degree = self.graph.item_degree.clone()
+        local_degree = self.graph.item_degree
+        degree = local_degree.clone()
         dist.all_reduce(degree)  # N_v counts every user's edges
         self.graph = dataclasses.replace(self.graph, item_degree=degree, reducer=CollectiveReducer())
+        if self.own_users is not None:  # rank 0's private users see every rank's edges of their items, as at W = 1
+            self._own_graph = dataclasses.replace(self._own_graph, cache={},
+                                                  item_degree=self._own_graph.item_degree - local_degree + degree)
+        flag = torch.tensor([float(self.own_users is not None)])
+        dist.broadcast(flag, src=0)
+        self._private_at_root = bool(flag.item())
         counts = self._item_counts.clone()
         dist.all_reduce(counts)
         self._item_counts = counts if self.rank == 0 else torch.zeros_like(counts)
         self._phi_cols: PhiColumns | None = None
         self.saving: AbstractContextManager[None] | None = None  # activation accounting (benchmarks only)
         self.optimizer.register_step_pre_hook(lambda *_: self._reduce_private_grads())
+
+    def _own_backward(self, fwd: Any, h_v: torch.Tensor) -> torch.Tensor | None:
+        """Rank 0 trains the private users; the other ranks run a zero loss's backward through the same item
+        representations, so the all-reduces in that backward (the item-side sums) meet at every rank."""
+        if self.rank == 0 or not self._private_at_root:
+            return super()._own_backward(fwd, h_v)
+        zero = (h_v * 0).sum() + sum((x * 0).sum() for x in fwd.items)
+        params = [p for p in self.private.parameters() if p.requires_grad]
+        torch.autograd.grad(zero, params, allow_unused=True, retain_graph=True)
+        return None
 
     def _reduce_private_grads(self) -> None:
         """Before the private step: every rank gets the summed gradient (None only where no rank has one)."""
