@@ -8,7 +8,8 @@ The party's users outside the intersection (PartyData.private_user_ids) train he
 e_u^0, b_u of their own (`PrivateUsers`) that never leave: the round's `PartyForward` propagates them
 over this party's graph with the public layers, and each item's layer k+1 aggregates all its raters
 here, aligned and private (as the party alone would). Their loss trains their rows and the private
-item parameters and gives the public parameters no gradient (`finish_round`). Every message stays
+item parameters and gives the public parameters no gradient (`finish_round`); the GCN item degrees
+count them on every side. Every message stays
 sized by the aligned users and carries no id of theirs; from layer 1 on its values depend on their
 rows through the items' representations, as they depend on the item parameters.
 """
@@ -147,6 +148,9 @@ class PartyTrainer:
         # An item's degree is every edge it has here: the private users' neighbourhoods are exact at this party.
         self._own_graph = replace(graph, item_degree=graph.item_degree + self.graph.item_degree, cache={})
         self._item_graph = party_item_graph(self.graph, graph, self.scale)
+        # The aligned users' aggregate normalises by an item's every rater here too, as the party alone would
+        # (chosen on validation NDCG over the aligned-only degree; docs/federation.md).
+        self.graph = replace(self.graph, item_degree=self._own_graph.item_degree, cache={})
         self.own_users = build_private_users(config=self.arch, n_users=data.n_private,
                                              seed=(init_seed ^ _OWN_USERS_TAG) % (2**63))
         self._own_optimizer = make_optimizer(config, list(self.own_users.parameters()), config.private_lr)

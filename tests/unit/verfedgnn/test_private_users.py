@@ -110,19 +110,23 @@ class _WithoutPrivateLoss(PartyTrainer):
 
 
 def test_what_a_party_sends_holds_nothing_of_its_private_users_but_their_part_in_item_propagation() -> None:
-    """Round 0: the layer-0 projection is bit-identical with and without the private users (it reads item
-    embeddings only); from layer 1 on the items aggregate them, so the projections differ. Their loss gives
-    the public parameters nothing: the public gradients, loss and metric sums are bit-identical to those of
-    the same forward without their loss, while their rows and the item parameters learn from it."""
+    """Round 0: the layer-0 projection is bit-identical whatever the private users' rows (it reads item
+    embeddings and edge weights only); from layer 1 on the items aggregate those rows, so the projections
+    differ. Their loss gives the public parameters nothing: the public gradients, loss and metric sums are
+    bit-identical to those of the same forward without their loss, while their rows and the item parameters
+    learn from it."""
     table = _table(2)
     with_private = PartyTrainer(config=CONFIG, data=_data(table), seed=CONFIG.seed, local_seed=11)
-    without = PartyTrainer(config=CONFIG, data=_data(_only_aligned(table)), seed=CONFIG.seed, local_seed=11)
+    other_rows = PartyTrainer(config=CONFIG, data=_data(table), seed=CONFIG.seed, local_seed=11)
     no_loss = _WithoutPrivateLoss(config=CONFIG, data=_data(table), seed=CONFIG.seed, local_seed=11)
-    assert with_private.own_users is not None and without.own_users is None
+    assert with_private.own_users is not None and other_rows.own_users is not None
+    with torch.no_grad():
+        other_rows.own_users.user_emb.add_(torch.randn(P, CONFIG.dim))
+        other_rows.own_users.user_bias.add_(1.0)
     start = with_private.own_users.user_emb.detach().clone()
     public = with_private.public.arrays()
     first = _round(with_private, public, 0, np.random.default_rng(0))
-    second = _round(without, public, 0, np.random.default_rng(0))
+    second = _round(other_rows, public, 0, np.random.default_rng(0))
     third = _round(no_loss, public, 0, np.random.default_rng(0))
     for ys in (first[0], second[0]):
         assert [y.shape for y in ys] == [(round(CONFIG.q_ratio * N), CONFIG.dim)] * CONFIG.layers
@@ -139,8 +143,8 @@ def test_what_a_party_sends_holds_nothing_of_its_private_users_but_their_part_in
 
 
 def test_items_aggregate_every_user_of_the_party_as_the_party_alone_would() -> None:
-    """A party holding every item (scale 1): its items' layer-1 representations and its private users' layer 1
-    are those of the same party trained alone (every user an ordinary one) from the same rows."""
+    """A party holding every item (scale 1), no other party's aggregate: layer 1 of its items, aligned and
+    private users is that of the same party trained alone (every user an ordinary one) from the same rows."""
     table = _table(7)
     data = replace(_data(table), total_items=M)
     fed = PartyTrainer(config=CONFIG, data=data, seed=CONFIG.seed, local_seed=5)
@@ -159,6 +163,7 @@ def test_items_aggregate_every_user_of_the_party_as_the_party_alone_would() -> N
     assert f is not None and s is not None
     assert torch.allclose(f.items[1], s.items[1], atol=1e-6)
     assert torch.allclose(f.own_users[1], s.users[1][N:], atol=1e-6)
+    assert torch.allclose(f.users[1], s.users[1][:N], atol=1e-6)
 
 
 def test_private_users_learn() -> None:
