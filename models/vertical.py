@@ -3,7 +3,7 @@
 Public: user embeddings e_u^0, user biases, global bias, layer weights W^k (+ attention or GRU
 weights), layer-combination weights a_k, and a per-layer gate on the reconstructed aggregates
 of the other parties. Private to party p: item embeddings e_v^0 and item biases, and the rows
-(e_u^0, b_u) of its users outside the intersection (`PrivateUsers`, `private_user_forward`).
+(e_u^0, b_u) of its users outside the intersection (`PrivateUsers`; `PartyForward` propagates them).
 Prediction r̂_uv = μ + b_u + b_v + h_u · h_v with h = Σ_k a_k e^k. K = 0 is biased MF.
 """
 
@@ -150,10 +150,19 @@ class PrivateUsers(nn.Module):
 class PartyForward:
     """One round's layer-by-layer forward at party c, kept alive so autograd spans the protocol steps."""
 
-    def __init__(self, *, public: PublicModel, private: PrivateItems, graph: g.BipartiteGraph, scale: float) -> None:
+    def __init__(self, *, public: PublicModel, private: PrivateItems, graph: g.BipartiteGraph, scale: float,
+                 own: PrivateUsers | None = None, own_graph: g.BipartiteGraph | None = None,
+                 item_graph: g.BipartiteGraph | None = None) -> None:
+        """`own`: the party's private users (rows 0.. of `own_graph`, their edges here, exact degrees);
+        `item_graph`: every edge of the party, aligned users first then `own`, whose user degrees are the
+        ones each side normalises by (scale·N_u^p for aligned users, N_u for private ones) at scale 1."""
         self.public, self.private, self.graph, self.scale = public, private, graph, float(scale)
+        if (own is None) != (own_graph is None) or (own is None) != (item_graph is None):
+            raise ValueError("private users need their graph and the party's item graph")
+        self.own_graph, self.item_graph = own_graph, item_graph
         self.users: list[torch.Tensor] = [public.user_emb]
         self.items: list[torch.Tensor] = [private.item_emb]
+        self.own_users: list[torch.Tensor] = [] if own is None else [own.user_emb]
         self._own: torch.Tensor | None = None
         self._self_coef: torch.Tensor | None = None
 
@@ -183,8 +192,17 @@ class PartyForward:
         neigh = self._own
         if others is not None:
             neigh = neigh + self.public.gate[layer] * others.detach()
-        new_items = mod.update_items(  # type: ignore[operator]
-            self.graph, self.users[-1], self.items[-1], self.scale, self._coef(layer))
+        coef = self._coef(layer)
+        if self.item_graph is None:
+            new_items = mod.update_items(self.graph, self.users[-1], self.items[-1], self.scale, coef)  # type: ignore[operator]
+        else:
+            # The private users' layer k joins their items' layer k+1, as in the party's own model; their own
+            # layer k+1 reads the same items' layer k over their edges here (exact degrees, no other party).
+            x_own = self.own_users[-1]
+            agg, own_coef = mod.contribution(self.own_graph, x_own, self.items[-1], 1.0, coef)  # type: ignore[operator]
+            new_items = mod.update_items(  # type: ignore[operator]
+                self.item_graph, torch.cat([self.users[-1], x_own]), self.items[-1], 1.0, coef)
+            self.own_users.append(mod.update_users(x_own, agg, own_coef))  # type: ignore[operator]
         new_users = mod.update_users(self.users[-1], neigh, self._self_coef)  # type: ignore[operator]
         self.users.append(new_users)
         self.items.append(new_items)
@@ -199,25 +217,27 @@ class PartyForward:
         h_v = sum(a[k] * e for k, e in enumerate(self.items))
         return h_u, h_v  # type: ignore[return-value]
 
+    def final_own(self) -> torch.Tensor:
+        """h of the private users = Σ_k a_k e^k (after `final` is possible)."""
+        if not self.own_users or len(self.own_users) != self.n_layers + 1:
+            raise ValueError("no private users or the forward is incomplete")
+        a = self.public.layer_weights
+        return sum(a[k] * e for k, e in enumerate(self.own_users))  # type: ignore[return-value]
 
-def private_user_forward(*, public: PublicModel, users: PrivateUsers, graph: g.BipartiteGraph,
-                         items: list[torch.Tensor]) -> torch.Tensor:
-    """h of a party's private users: the public layers over the party's own edges of these users only.
 
-    `items` are the item representations e_v^k of every layer of the round's forward (`PartyForward.items`):
-    the private users read them and feed nothing back, so no aligned user's row, no item representation
-    and no projection depends on a private user's row. The users exist at this party only: their
-    degree and attention are exact here (scale 1) and there is no other party's aggregate to add.
+def party_item_graph(aligned: g.BipartiteGraph, own: g.BipartiteGraph, scale: float) -> g.BipartiteGraph:
+    """Every edge of a party (aligned users, then its private users) for the item update at scale 1.
+
+    The user degrees are the ones each side normalises by: E(N_u) = scale·N_u^p for an aligned user (its
+    other edges are at other parties), N_u for a private user (all its edges are here); item degrees count
+    every edge (items are local).
     """
-    if len(items) != len(public.layers) + 1:
-        raise ValueError("the round's forward is incomplete")
-    rw = public.rating_weight
-    xs: list[torch.Tensor] = [users.user_emb]
-    for k, mod in enumerate(public.layers):
-        own, self_coef = mod.contribution(graph, xs[-1], items[k], 1.0, None if rw is None else rw[k])  # type: ignore[operator]
-        xs.append(mod.update_users(xs[-1], own, self_coef))  # type: ignore[operator]
-    a = public.layer_weights
-    return sum(a[k] * e for k, e in enumerate(xs))  # type: ignore[return-value]
+    users = torch.cat([aligned.users, own.users + aligned.n_users])
+    items = torch.cat([aligned.items, own.items])
+    item_degree = torch.zeros(aligned.n_items).index_add_(0, items, torch.ones(items.shape[0]))
+    return g.BipartiteGraph(users, items, aligned.n_users + own.n_users, aligned.n_items,
+                            torch.cat([aligned.user_degree * float(scale), own.user_degree]), item_degree,
+                            torch.cat([aligned.levels, own.levels]), aligned.n_levels)
 
 
 def predict(public: PublicModel, private: PrivateItems, h_u: torch.Tensor, h_v: torch.Tensor,

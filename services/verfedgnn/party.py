@@ -5,11 +5,13 @@ Raw ratings, item embeddings and per-user counts stay here; what leaves is Φ X_
 clipped, ternary-quantized gradients of the public parameters.
 
 The party's users outside the intersection (PartyData.private_user_ids) train here too, with rows
-e_u^0, b_u of their own (`PrivateUsers`) that never leave: their h comes from the public layers over
-this party's graph only (`private_user_forward`), their loss trains their rows and the private item
-parameters, and it gives the public parameters no gradient (`finish_round`). Every message stays
-sized and computed by the aligned users; the private users reach the uploads of later rounds only
-through the item parameters they helped train, as every other rating at this party does.
+e_u^0, b_u of their own (`PrivateUsers`) that never leave: the round's `PartyForward` propagates them
+over this party's graph with the public layers, and each item's layer k+1 aggregates all its raters
+here, aligned and private (as the party alone would). Their loss trains their rows and the private
+item parameters and gives the public parameters no gradient (`finish_round`); the GCN item degrees
+count them on every side. Every message stays
+sized by the aligned users and carries no id of theirs; from layer 1 on its values depend on their
+rows through the items' representations, as they depend on the item parameters.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from models.vertical import (
     build_private,
     build_private_users,
     build_public,
+    party_item_graph,
     predict,
-    private_user_forward,
     rank_scores,
     softmax_rank_loss,
 )
@@ -145,6 +147,10 @@ class PartyTrainer:
                                           n_levels=max(1, config.rating_levels))
         # An item's degree is every edge it has here: the private users' neighbourhoods are exact at this party.
         self._own_graph = replace(graph, item_degree=graph.item_degree + self.graph.item_degree, cache={})
+        self._item_graph = party_item_graph(self.graph, graph, self.scale)
+        # The aligned users' aggregate normalises by an item's every rater here too, as the party alone would
+        # (chosen on validation NDCG over the aligned-only degree; docs/federation.md).
+        self.graph = replace(self.graph, item_degree=self._own_graph.item_degree, cache={})
         self.own_users = build_private_users(config=self.arch, n_users=data.n_private,
                                              seed=(init_seed ^ _OWN_USERS_TAG) % (2**63))
         self._own_optimizer = make_optimizer(config, list(self.own_users.parameters()), config.private_lr)
@@ -217,7 +223,10 @@ class PartyTrainer:
         if self._own_optimizer is not None:
             self._own_optimizer.zero_grad(set_to_none=True)
         self._round = round_index
-        self._forward = PartyForward(public=self.public, private=self.private, graph=self.graph, scale=self.scale)
+        own = {} if self.own_users is None else {"own": self.own_users, "own_graph": self._own_graph,
+                                                 "item_graph": self._item_graph}
+        self._forward = PartyForward(public=self.public, private=self.private, graph=self.graph, scale=self.scale,
+                                     **own)  # type: ignore[arg-type]
 
     def _require(self) -> PartyForward:
         if self._forward is None:
@@ -274,19 +283,18 @@ class PartyTrainer:
         return upload
 
     def _own_backward(self, fwd: PartyForward, h_v: torch.Tensor) -> torch.Tensor | None:
-        """The private users' forward and loss; their gradients go to private parameters only. Their h (detached).
+        """The private users' loss; its gradients go to private parameters only. Their h (detached).
 
         The gradients are taken with respect to the private item parameters and the private user rows
         alone (the public parameters count as constants, as if their weights were detached), and added
-        to what the aligned loss gives those parameters: no public gradient, hence nothing uploaded,
-        depends on a private user. The public parameters are the federation's; a party's own users
-        are served by them but do not move them.
+        to what the aligned loss gives those parameters: the private users' loss adds nothing to the
+        public gradients (the aligned users' loss reaches the public weights through item
+        representations that aggregate private rows too, by design: docs/federation.md).
         """
         if self.own_users is None or self._own is None:
             return None
         try:
-            h_own = private_user_forward(public=self.public, users=self.own_users, graph=self._own_graph,
-                                         items=fwd.items)
+            h_own = fwd.final_own()
         except ValueError as exc:
             raise ProtocolError(str(exc)) from exc
         loss = self._loss(h_own, h_v, self._own)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from models.vertical import PartyForward
 from services.federation import registry
 from services.federation.plan import RatingTable
 from services.party.erasure import _trainer
@@ -101,31 +102,68 @@ def _round(trainer: PartyTrainer, public: dict[str, np.ndarray], t: int,
                                                                             for m in up.metrics.values()])}
 
 
-def test_nothing_a_party_sends_depends_on_its_private_users_before_they_train_its_items() -> None:
-    """Round 0 from the same state: projections, public gradients, loss and metric sums are bit-identical with
-    and without the private users' ratings; the private users get gradients, the public parameters none of theirs.
-    Round 1 differs: the item parameters learnt from the private users' ratings (the party's own, as any rating)."""
+class _WithoutPrivateLoss(PartyTrainer):
+    """The same trainer whose private users propagate but give no loss (what the aligned users' loss alone does)."""
+
+    def _own_backward(self, fwd: PartyForward, h_v: torch.Tensor) -> torch.Tensor | None:
+        return fwd.final_own().detach()
+
+
+def test_what_a_party_sends_holds_nothing_of_its_private_users_but_their_part_in_item_propagation() -> None:
+    """Round 0: the layer-0 projection is bit-identical whatever the private users' rows (it reads item
+    embeddings and edge weights only); from layer 1 on the items aggregate those rows, so the projections
+    differ. Their loss gives the public parameters nothing: the public gradients, loss and metric sums are
+    bit-identical to those of the same forward without their loss, while their rows and the item parameters
+    learn from it."""
     table = _table(2)
     with_private = PartyTrainer(config=CONFIG, data=_data(table), seed=CONFIG.seed, local_seed=11)
-    without = PartyTrainer(config=CONFIG, data=_data(_only_aligned(table)), seed=CONFIG.seed, local_seed=11)
-    assert with_private.own_users is not None and without.own_users is None
+    other_rows = PartyTrainer(config=CONFIG, data=_data(table), seed=CONFIG.seed, local_seed=11)
+    no_loss = _WithoutPrivateLoss(config=CONFIG, data=_data(table), seed=CONFIG.seed, local_seed=11)
+    assert with_private.own_users is not None and other_rows.own_users is not None
+    with torch.no_grad():
+        other_rows.own_users.user_emb.add_(torch.randn(P, CONFIG.dim))
+        other_rows.own_users.user_bias.add_(1.0)
     start = with_private.own_users.user_emb.detach().clone()
     public = with_private.public.arrays()
     first = _round(with_private, public, 0, np.random.default_rng(0))
-    second = _round(without, public, 0, np.random.default_rng(0))
-    for a, b in zip(first[0], second[0]):
-        assert a.shape == (round(CONFIG.q_ratio * N), CONFIG.dim) and np.array_equal(a, b)
-    assert first[1].keys() == second[1].keys()
+    second = _round(other_rows, public, 0, np.random.default_rng(0))
+    third = _round(no_loss, public, 0, np.random.default_rng(0))
+    for ys in (first[0], second[0]):
+        assert [y.shape for y in ys] == [(round(CONFIG.q_ratio * N), CONFIG.dim)] * CONFIG.layers
+    assert np.array_equal(first[0][0], second[0][0]) and not np.array_equal(first[0][1], second[0][1])
+    assert first[1].keys() == third[1].keys()
     for name in first[1]:
-        assert np.array_equal(first[1][name], second[1][name]), name
+        assert np.array_equal(first[1][name], third[1][name]), name
     assert first[1]["user_emb"].shape == (N, CONFIG.dim)
     assert not torch.equal(with_private.own_users.user_emb.detach(), start)  # the private rows took a step
+    assert not torch.equal(with_private.private.item_emb.detach(), no_loss.private.item_emb.detach())
     assert with_private.last_private_metrics["train"].count == len(with_private.data.private("train"))
-    later = _round(with_private, public, 1, np.random.default_rng(1))
-    other = _round(without, public, 1, np.random.default_rng(1))
-    assert not np.array_equal(later[0][0], other[0][0])
     model = with_private.serving_model()
     assert model["user_repr"].shape == (N + P, CONFIG.dim) and model["user_bias"].shape == (N + P,)
+
+
+def test_items_aggregate_every_user_of_the_party_as_the_party_alone_would() -> None:
+    """A party holding every item (scale 1), no other party's aggregate: layer 1 of its items, aligned and
+    private users is that of the same party trained alone (every user an ordinary one) from the same rows."""
+    table = _table(7)
+    data = replace(_data(table), total_items=M)
+    fed = PartyTrainer(config=CONFIG, data=data, seed=CONFIG.seed, local_seed=5)
+    solo = PartyTrainer(config=CONFIG, data=replace(data, n_users=N + P, private_user_ids=[]), seed=CONFIG.seed,
+                        local_seed=5)
+    assert fed.own_users is not None and solo.own_users is None
+    rows = fed.public.arrays()
+    rows["user_emb"] = np.concatenate([rows["user_emb"], fed.own_users.user_emb.detach().numpy()])
+    rows["user_bias"] = np.concatenate([rows["user_bias"], fed.own_users.user_bias.detach().numpy()])
+    fed.begin_round(round_index=0, public=fed.public.arrays())
+    solo.begin_round(round_index=0, public=rows)
+    for t in (fed, solo):
+        y = t.layer_projection(layer=0)
+        t.receive_projection_sum(layer=0, others=np.zeros_like(y))
+    f, s = fed._forward, solo._forward
+    assert f is not None and s is not None
+    assert torch.allclose(f.items[1], s.items[1], atol=1e-6)
+    assert torch.allclose(f.own_users[1], s.users[1][N:], atol=1e-6)
+    assert torch.allclose(f.users[1], s.users[1][:N], atol=1e-6)
 
 
 def test_private_users_learn() -> None:
