@@ -299,7 +299,13 @@ class FederationService:
                                         parties=sorted(request.item_counts))
         _close_side(run)
         # ---- distributed training (services.verfedgnn.distributed): a plan that offers it, W > 1
-        if self.cluster.workers > 1 and hasattr(run.plan, "distributed_party"):
+        private = len(getattr(data, "private_user_ids", []))
+        if self.cluster.workers > 1 and hasattr(run.plan, "distributed_party") and private:
+            # the sharded trainer does not train users outside the intersection yet: this run uses one process
+            log.warning("run %s: %d users outside the intersection, so this party trains in one process "
+                        "(PARTY_TRAIN_WORKERS=%d applies to runs where every user is aligned)",
+                        run.run_id, private, self.cluster.workers)
+        if self.cluster.workers > 1 and hasattr(run.plan, "distributed_party") and not private:
             run.side = run.plan.distributed_party(config=run.config, data=data, seeds=seeds,
                                                   item_counts=request.item_counts, aggregation=aggregation,
                                                   cluster=self.cluster)

@@ -82,26 +82,9 @@ def _triples(t: RatingTriples, lo: int, hi: int) -> RatingTriples:
     return RatingTriples(t.users[a:b] - lo, t.items[a:b], t.ratings[a:b])
 
 
-def _with_private(data: PartyData, name: str, lo: int, hi: int) -> RatingTriples:
-    """Split `name` of aligned users [lo, hi) re-based to 0, then the party's private users after them."""
-    own = _triples(data.split(name), lo, hi)
-    if not data.private_user_ids:
-        return own
-    p = data.private(name)
-    return RatingTriples(np.concatenate([own.users, p.users + (hi - lo)]), np.concatenate([own.items, p.items]),
-                         np.concatenate([own.ratings, p.ratings]))
-
-
 def shard_data(data: PartyData, lo: int, hi: int) -> PartyData:
-    """The party's data restricted to aligned users [lo, hi), user indices re-based to 0.
-
-    The party's private users (outside the intersection) all train at rank 0 (lo = 0), after its aligned
-    block (private rows are not sharded across ranks; they are never summed across ranks either).
-    """
-    if lo == 0:
-        return dataclasses.replace(data, n_users=hi - lo, train=_with_private(data, "train", lo, hi),
-                                   valid=_with_private(data, "valid", lo, hi), test=_with_private(data, "test", lo, hi))
-    return dataclasses.replace(data, n_users=hi - lo, private_user_ids=[], train=_triples(data.train, lo, hi),
+    """The party's data restricted to users [lo, hi), user indices re-based to 0."""
+    return dataclasses.replace(data, n_users=hi - lo, train=_triples(data.train, lo, hi),
                                valid=_triples(data.valid, lo, hi), test=_triples(data.test, lo, hi))
 
 
@@ -221,32 +204,15 @@ class ShardTrainer(PartyTrainer):
         self.n_total, self.lo = n_users, lo
         local = config if self.rank == 0 else config.model_copy(update={"weight_decay": 0.0})
         super().__init__(config=local, data=data, seed=seed, local_seed=local_seed)
-        local_degree = self.graph.item_degree
-        degree = local_degree.clone()
+        degree = self.graph.item_degree.clone()
         dist.all_reduce(degree)  # N_v counts every user's edges
         self.graph = dataclasses.replace(self.graph, item_degree=degree, reducer=CollectiveReducer())
-        if self.own_users is not None:  # rank 0's private users see every rank's edges of their items, as at W = 1
-            self._own_graph = dataclasses.replace(self._own_graph, cache={},
-                                                  item_degree=self._own_graph.item_degree - local_degree + degree)
-        flag = torch.tensor([float(self.own_users is not None)])
-        dist.broadcast(flag, src=0)
-        self._private_at_root = bool(flag.item())
         counts = self._item_counts.clone()
         dist.all_reduce(counts)
         self._item_counts = counts if self.rank == 0 else torch.zeros_like(counts)
         self._phi_cols: PhiColumns | None = None
         self.saving: AbstractContextManager[None] | None = None  # activation accounting (benchmarks only)
         self.optimizer.register_step_pre_hook(lambda *_: self._reduce_private_grads())
-
-    def _own_backward(self, fwd: Any, h_v: torch.Tensor) -> torch.Tensor | None:
-        """Rank 0 trains the private users; the other ranks run a zero loss's backward through the same item
-        representations, so the all-reduces in that backward (the item-side sums) meet at every rank."""
-        if self.rank == 0 or not self._private_at_root:
-            return super()._own_backward(fwd, h_v)
-        zero = (h_v * 0).sum() + sum((x * 0).sum() for x in fwd.items)
-        params = [p for p in self.private.parameters() if p.requires_grad]
-        torch.autograd.grad(zero, params, allow_unused=True, retain_graph=True)
-        return None
 
     def _reduce_private_grads(self) -> None:
         """Before the private step: every rank gets the summed gradient (None only where no rank has one)."""
@@ -318,11 +284,9 @@ class ShardTrainer(PartyTrainer):
     def serving_rows(self) -> dict[str, np.ndarray]:
         """The serving arrays with h_u and b_u gathered at rank 0 (other ranks: their rows)."""
         sm = super().serving_model()
-        n_own = self.data.n_users  # this rank's aligned rows; rank 0's private users' rows follow them
-        for key in ("user_repr", "user_bias"):
-            if key in sm:
-                rows = rows_to_root(torch.from_numpy(np.ascontiguousarray(sm[key][:n_own])), self.n_total).numpy()
-                sm[key] = np.concatenate([rows, sm[key][n_own:]]) if self.rank == 0 else rows
+        sm["user_repr"] = rows_to_root(torch.from_numpy(sm["user_repr"]), self.n_total).numpy()
+        if "user_bias" in sm:
+            sm["user_bias"] = rows_to_root(torch.from_numpy(sm["user_bias"]), self.n_total).numpy()
         return sm
 
 
