@@ -47,7 +47,7 @@ def parties(tmp_path: Path) -> Iterator[dict[str, str]]:
             db = f"sqlite:///{tmp_path / f'p{k}.db'}"
             migrate(db)
             server = stack.enter_context(live_server(create_app(party_settings(db, party_id=f"p{k}"))))
-            rows = [(f"u{k * 500 + j}", f"i{j % 50}", 1 + j % 5, 0) for j in range(USERS)]
+            rows: list[tuple[object, ...]] = [(f"u{k * 500 + j}", f"i{j % 50}", 1 + j % 5, 0) for j in range(USERS)]
             httpx.post(f"{server.url}/v1/interactions/bulk", content=csv_body(rows), timeout=60,
                        headers={"Authorization": f"Bearer {ADMIN}", "Content-Type": "text/csv"}).raise_for_status()
             urls[f"p{k}"] = server.url
