@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -401,6 +402,7 @@ def main() -> None:
             proc.stop()
         for schema in schemas:
             pg_drop(args.postgres_url, schema)
+        shutil.rmtree(root, ignore_errors=True)
     say("in-process round (benchmarks/scale.py's) on the same aligned data")
     ip = inprocess_round(parties, shared=shared, engine=engine, threads=args.inprocess_threads, rounds=2)
     result["inprocess_round_seconds"] = round(ip["round_seconds"], 2)
