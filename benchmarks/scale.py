@@ -12,8 +12,6 @@ import json
 import resource
 import sys
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -25,38 +23,25 @@ from services.data.synthetic import generate
 from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.coordinator import CoordinatorTrainer
 from services.verfedgnn.party import PartyTrainer
-from services.verfedgnn.rounds import InProcessLink, run_round
-from services.verfedgnn.types import GradientUpload, PartyData, RatingTriples
+from services.federation.links import Handler, InProcessLink, Message, Step
+from services.verfedgnn.rounds import VerFedGNNParty, run_round
+from services.verfedgnn.types import PartyData, RatingTriples
 
 
 class TimedLink(InProcessLink):
     """An in-process link that adds the seconds of each party-side step to its party's total."""
 
-    def __init__(self, trainer: PartyTrainer, seconds: dict[str, float]) -> None:
-        super().__init__(trainer)
+    def __init__(self, party_id: str, handler: Handler, seconds: dict[str, float]) -> None:
+        super().__init__(party_id, handler)
         self.seconds = seconds
 
-    @contextmanager
-    def _timed(self) -> Iterator[None]:
+    def call(self, step: Step, message: Message) -> Message:
+        """Hand the message to the party's handler, timed."""
         started = time.time()
-        yield
-        self.seconds[self.party_id] = self.seconds.get(self.party_id, 0.0) + time.time() - started
-
-    def begin(self, *, round_index: int, attempt: int, public: Mapping[str, np.ndarray]) -> None:
-        with self._timed():
-            super().begin(round_index=round_index, attempt=attempt, public=public)
-
-    def projection(self, *, round_index: int, attempt: int, layer: int) -> np.ndarray:
-        with self._timed():
-            return super().projection(round_index=round_index, attempt=attempt, layer=layer)
-
-    def others(self, *, round_index: int, attempt: int, layer: int, others: np.ndarray) -> None:
-        with self._timed():
-            super().others(round_index=round_index, attempt=attempt, layer=layer, others=others)
-
-    def finish(self, *, round_index: int, attempt: int) -> GradientUpload:
-        with self._timed():
-            return super().finish(round_index=round_index, attempt=attempt)
+        try:
+            return super().call(step, message)
+        finally:
+            self.seconds[self.party_id] = self.seconds.get(self.party_id, 0.0) + time.time() - started
 
 
 def party_data(users: np.ndarray, items: np.ndarray, ratings: np.ndarray, *, n_users: int, n_items: int,
@@ -111,7 +96,9 @@ def main() -> None:
         trainers[p.party_id] = PartyTrainer(config=cfg, data=p, seed=0)
         party_s[p.party_id] = time.time() - t
     setup_s = time.time() - t_setup
-    links = {name: TimedLink(trainer, party_s) for name, trainer in trainers.items()}
+    counts = coord.item_counts
+    links = {name: TimedLink(name, VerFedGNNParty(trainer=trainer, item_counts=counts), party_s)
+             for name, trainer in trainers.items()}
     round_times, first_round_party = [], {}
     for t in range(args.rounds):  # round 0 also pays one-off lazy initialisation; the last one is reported
         party_s.clear()

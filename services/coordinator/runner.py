@@ -262,7 +262,7 @@ class RunManager:
             clients = self._clients(parties, counter)
             self._set(run_id, runs.ALIGNING, "aligning users by private set intersection")
             try:
-                n_users = align_users(clients=clients, run_id=run_id)
+                n_users = align_users(clients=clients, run_id=run_id, pool=self._pool)
             except DomainError as exc:
                 parties = self._failed(run_id, parties, {p: f"{exc.code}: {exc.detail}" for p in parties},
                                        min_parties=min_parties, stage="alignment")
