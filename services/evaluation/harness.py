@@ -104,9 +104,9 @@ def merge_parties(fed: Federation) -> PartyData:
 
 
 def alone(data: PartyData) -> PartyData:
-    """The party as if it were the whole federation (local-only training)."""
-    return PartyData(data.party_id, data.n_users, data.n_items, data.n_items, data.train, data.valid, data.test,
-                     data.rating_min, data.rating_max)
+    """The party as if it were the whole federation (local-only training): its private users become
+    ordinary users (same indices), every one of them trained by the one model."""
+    return replace(data, n_users=data.n_users + data.n_private, total_items=data.n_items, private_user_ids=[])
 
 
 def train_rounds(run_round: Callable[[int], RoundMetrics], *, config: TrainConfig, protocol: str,

@@ -69,12 +69,16 @@ class VerFedGNNEngine:
 
 
 _VALID_TAG = 0x56414C  # separates the validation carve's stream from the run's other seeded streams
+_PRIVATE_TAG = 0x505256  # the carve of the private users' rows: its own stream, so the aligned carve ignores them
 
 
-def carve_validation(table: RatingTable, *, fraction: float, seed: int, party_id: str) -> np.ndarray:
+def carve_validation(table: RatingTable, *, fraction: float, seed: int, party_id: str,
+                     aligned: Sequence[str] | None = None) -> np.ndarray:
     """Split codes with `fraction` of the training rows relabelled validation, when none is labelled (seeded).
 
     Rows are taken in (user, item) order first, so the carve does not depend on the database's row order.
+    Given the `aligned` users, their rows are carved by one stream and every other row by another: which
+    aligned rows are held out (a count the party reports) does not depend on any other user's ratings.
     """
     codes = np.asarray(table.codes).copy()
     if fraction <= 0 or np.any(codes == SPLIT_CODES["valid"]):
@@ -82,20 +86,27 @@ def carve_validation(table: RatingTable, *, fraction: float, seed: int, party_id
     order = np.lexsort((np.asarray(table.items, dtype=str), np.asarray(table.users, dtype=str)))
     train = order[codes[order] == SPLIT_CODES["train"]]
     tag = int.from_bytes(hashlib.sha256(party_id.encode()).digest()[:4], "big")
-    rng = np.random.default_rng([seed, _VALID_TAG, tag])
-    codes[rng.choice(train, size=int(round(fraction * train.size)), replace=False)] = SPLIT_CODES["valid"]
+    groups = [(train, [seed, _VALID_TAG, tag])]
+    if aligned is not None:
+        inside = np.isin(np.asarray(table.users, dtype=str)[train], np.asarray(list(aligned), dtype=str))
+        groups = [(train[inside], [seed, _VALID_TAG, tag]), (train[~inside], [seed, _VALID_TAG, tag, _PRIVATE_TAG])]
+    for rows, key in groups:
+        rng = np.random.default_rng(key)
+        codes[rng.choice(rows, size=int(round(fraction * rows.size)), replace=False)] = SPLIT_CODES["valid"]
     return codes
 
 
 def load_party_data(*, config: TrainConfig, party_id: str, table: RatingTable, user_order: Sequence[str],
                     item_order: Sequence[str], total_items: int, rating_range: tuple[float, float],
-                    local_seed: int) -> PartyData:
-    """PartyData over the aligned users (a validation carve if none is labelled), randomized once when DP is on."""
-    codes = carve_validation(table, fraction=config.valid_fraction, seed=config.seed, party_id=party_id)
+                    local_seed: int, include_private: bool = False) -> PartyData:
+    """PartyData over the aligned users (and, with `include_private`, the party's other users as private
+    users), a validation carve if none is labelled, randomized once when DP is on."""
+    codes = carve_validation(table, fraction=config.valid_fraction, seed=config.seed, party_id=party_id,
+                             aligned=user_order)
     data = build_party_data(party_id=party_id, user_order=list(user_order), item_order=list(item_order),
                             users=[str(u) for u in table.users.tolist()], items=[str(i) for i in table.items.tolist()],
                             ratings=table.ratings, codes=codes, total_items=total_items,
-                            rating_min=rating_range[0], rating_max=rating_range[1])
+                            rating_min=rating_range[0], rating_max=rating_range[1], include_private=include_private)
     return training_data(data, config=config, local_seed=local_seed)
 
 
@@ -111,14 +122,15 @@ class VerFedGNNPlan:
     def load(self, *, config: Any, party_id: str, table: RatingTable, user_order: Sequence[str],
              item_order: Sequence[str], total_items: int, rating_range: tuple[float, float],
              local_seed: int) -> PartyData:
-        """The party's training data."""
+        """The party's training data: the aligned users, and its other users as private users."""
         return load_party_data(config=config, party_id=party_id, table=table, user_order=user_order,
                                item_order=item_order, total_items=total_items, rating_range=rating_range,
-                               local_seed=local_seed)
+                               local_seed=local_seed, include_private=True)
 
     def announce(self, data: PartyData) -> tuple[int, float]:
-        """Training interactions and their rating sum (for the global mean)."""
-        return len(data.train), float(data.train.ratings.sum())
+        """Training interactions of the aligned users and their rating sum (for the global mean)."""
+        train = data.aligned("train")
+        return len(train), float(train.ratings.sum())
 
     def party(self, *, config: Any, data: PartyData, seeds: Seeds, item_counts: Mapping[str, int],
               aggregation: PartyAggregation) -> VerFedGNNPartySide:

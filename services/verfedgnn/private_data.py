@@ -11,18 +11,31 @@ from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.types import PartyData, RatingTriples
 
 _RR_TAG = 0x5252  # separates the randomized-response stream from the party's other local streams
+_PRIVATE_TAG = 0x505256  # the private users' block: a stream of its own
 
 
 def training_data(data: PartyData, *, config: TrainConfig, local_seed: int) -> PartyData:
     """`data` with its training matrix randomized (ε = config.dp_epsilon) when DP is on, else unchanged.
 
     `local_seed` is the party's own randomness (never the run seed): the same run always gets the
-    same randomized matrix, so a restarted party releases nothing new.
+    same randomized matrix, so a restarted party releases nothing new. The aligned users' block and
+    the private users' block are randomized apart, by separate streams: the aligned block (what
+    counts and gradients that leave the party are computed from) does not depend on the private one.
     """
     if config.dp_epsilon is None:
         return data
-    tr = data.train
-    u, i, r = randomize_interactions(users=tr.users, items=tr.items, ratings=tr.ratings, n_users=data.n_users,
-                                     n_items=data.n_items, levels=rating_levels(data.rating_min, data.rating_max),
-                                     epsilon=config.dp_epsilon, rng=np.random.default_rng([local_seed, _RR_TAG]))
-    return replace(data, train=RatingTriples(u.astype(np.int64), i.astype(np.int64), r))
+    epsilon = config.dp_epsilon
+    levels = rating_levels(data.rating_min, data.rating_max)
+
+    def randomized(t: RatingTriples, n_users: int, stream: list[int]) -> RatingTriples:
+        u, i, r = randomize_interactions(users=t.users, items=t.items, ratings=t.ratings, n_users=n_users,
+                                         n_items=data.n_items, levels=levels, epsilon=epsilon,
+                                         rng=np.random.default_rng(stream))
+        return RatingTriples(u.astype(np.int64), i.astype(np.int64), r)
+
+    train = randomized(data.aligned("train"), data.n_users, [local_seed, _RR_TAG])
+    if data.n_private:
+        own = randomized(data.private("train"), data.n_private, [local_seed, _RR_TAG, _PRIVATE_TAG])
+        train = RatingTriples(np.concatenate([train.users, own.users + data.n_users]),
+                              np.concatenate([train.items, own.items]), np.concatenate([train.ratings, own.ratings]))
+    return replace(data, train=train)

@@ -35,8 +35,12 @@ def _all_ratings(ds: Dataset) -> tuple[list[str], list[str], np.ndarray, np.ndar
     return users, items, ratings, codes
 
 
-def party_datas(parties: Mapping[str, Dataset]) -> dict[str, PartyData]:
-    """PartyData per party over the common users sorted by id (what PSI + the parties' DB load produce)."""
+def party_datas(parties: Mapping[str, Dataset], *, include_private: bool = False) -> dict[str, PartyData]:
+    """PartyData per party over the common users sorted by id (what PSI + the parties' DB load produce).
+
+    `include_private`: each party's users outside the intersection become its private users, as a
+    VerFedGNN party loads them (off: they are dropped, as the experiments that index users globally need).
+    """
     loaded = {p: _all_ratings(ds) for p, ds in parties.items()}
     common = sorted(set.intersection(*[set(v[0]) for v in loaded.values()]))
     items = {p: sorted(set(v[1])) for p, v in loaded.items()}
@@ -45,7 +49,8 @@ def party_datas(parties: Mapping[str, Dataset]) -> dict[str, PartyData]:
     for p, (u, i, r, c) in loaded.items():
         ds = parties[p]
         out[p] = build_party_data(party_id=p, user_order=common, item_order=items[p], users=u, items=i, ratings=r,
-                                  codes=c, total_items=total, rating_min=ds.rating_min, rating_max=ds.rating_max)
+                                  codes=c, total_items=total, rating_min=ds.rating_min, rating_max=ds.rating_max,
+                                  include_private=include_private)
     return out
 
 
@@ -74,8 +79,8 @@ def build_federation(datas: Mapping[str, PartyData], *, config: TrainConfig,
     local = {p: SecAggParty(party_id=p, secret=keys[p], run_id=run_id).derived_seed("local", config.seed)
              for p in datas}
     trained = {p: training_data(d, config=config, local_seed=local[p]) for p, d in datas.items()}  # as each party does
-    n = sum(len(d.train) for d in trained.values())
-    mean = sum(float(d.train.ratings.sum()) for d in trained.values()) / max(1, n)
+    n = sum(len(d.aligned("train")) for d in trained.values())  # what each party announces: aligned users only
+    mean = sum(float(d.aligned("train").ratings.sum()) for d in trained.values()) / max(1, n)
     any_data = next(iter(trained.values()))
     coord = CoordinatorTrainer(config=config, n_users=any_data.n_users, global_mean=mean,
                                item_counts={p: d.n_items for p, d in trained.items()})
@@ -106,12 +111,13 @@ class ReferenceResult:
 
 def run_reference(*, parties: Mapping[str, Dataset], config: TrainConfig, rounds: int,
                   secrets: Mapping[str, bytes] | None = None) -> ReferenceResult:
-    """Train in-process with the HTTP transport's construction (`build_federation` over `party_datas`).
+    """Train in-process with the HTTP transport's construction (`build_federation` over `party_datas`, each
+    party's non-aligned users as its private users).
 
     `secrets` are the parties' secrets (default: `dev_party_secret`, what `cli.localfed` gives its
     parties); masked rounds when `config.secure_aggregation`, as the coordinator plays them.
     """
     started = time.perf_counter()
-    fed = build_federation(party_datas(parties), config=config, secrets=secrets).federation
+    fed = build_federation(party_datas(parties, include_private=True), config=config, secrets=secrets).federation
     history = [fed.run_round(t) for t in range(rounds)]
     return ReferenceResult(history, time.perf_counter() - started, fed)

@@ -33,10 +33,19 @@ class RatingTriples:
         """No ratings."""
         return RatingTriples(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))
 
+    def subset(self, mask: np.ndarray) -> RatingTriples:
+        """The ratings where `mask` is true (order kept)."""
+        return RatingTriples(self.users[mask], self.items[mask], self.ratings[mask])
+
 
 @dataclass(frozen=True)
 class PartyData:
-    """What one party holds: its items' ratings by split; users are the aligned common users."""
+    """What one party holds: its items' ratings by split, for the aligned users and its own other users.
+
+    User indices 0..n_users-1 are the aligned users in the shared order (what every message is sized
+    by); n_users..n_users+n_private-1 are `private_user_ids`, the party's users outside the
+    intersection, which only this party trains and serves (their rows never leave it).
+    """
 
     party_id: str
     n_users: int
@@ -47,10 +56,26 @@ class PartyData:
     test: RatingTriples = field(default_factory=RatingTriples.empty)
     rating_min: float = 1.0  # predictions are clamped to the rating range when scored
     rating_max: float = 5.0
+    private_user_ids: list[str] = field(default_factory=list)  # users n_users.. : this party's, not aligned
+
+    @property
+    def n_private(self) -> int:
+        """Users of this party outside the intersection."""
+        return len(self.private_user_ids)
 
     def split(self, name: str) -> RatingTriples:
-        """Ratings of split `name` (train/valid/test)."""
+        """Ratings of split `name` (train/valid/test), aligned and private users."""
         return {"train": self.train, "valid": self.valid, "test": self.test}[name]
+
+    def aligned(self, name: str) -> RatingTriples:
+        """Ratings of split `name` by aligned users only (what any count leaving the party covers)."""
+        return self.split(name).subset(self.split(name).users < self.n_users)
+
+    def private(self, name: str) -> RatingTriples:
+        """Ratings of split `name` by the private users, user indices from 0 (row k: private_user_ids[k])."""
+        t = self.split(name)
+        own = t.subset(t.users >= self.n_users)
+        return RatingTriples(own.users - self.n_users, own.items, own.ratings)
 
 
 @dataclass(frozen=True)
@@ -119,15 +144,22 @@ def rmse_mae(sums: list[MetricSums]) -> tuple[float, float]:
 def build_party_data(
     *, party_id: str, user_order: list[str], item_order: list[str], users: list[str], items: list[str],
     ratings: np.ndarray, codes: np.ndarray, total_items: int, rating_min: float, rating_max: float,
+    include_private: bool = False,
 ) -> PartyData:
-    """PartyData over the aligned users (in `user_order`) and own items; ratings of other users are dropped.
+    """PartyData over the aligned users (in `user_order`) and own items.
 
+    Ratings of users outside `user_order` are dropped, unless `include_private`: then those users are
+    the party's private users, indexed after the aligned ones in id order (`private_user_ids`).
     Each split is sorted by (user index, item index): the engine's float sums (loss, scatter-adds
     into embedding gradients, graph edges) depend on the order of the ratings, and the order rows
     come out of a database (or a data set file) is arbitrary. A canonical order makes the HTTP
     parties and the in-process reference compute bit-identical rounds.
     """
     uidx = {u: k for k, u in enumerate(user_order)}
+    private: list[str] = []
+    if include_private:
+        private = sorted(set(users) - set(user_order))  # id order: independent of the rows' order
+        uidx.update({u: len(user_order) + k for k, u in enumerate(private)})
     iidx = {v: k for k, v in enumerate(item_order)}
     u = np.array([uidx.get(x, -1) for x in users], dtype=np.int64)
     i = np.array([iidx.get(x, -1) for x in items], dtype=np.int64)
@@ -141,4 +173,5 @@ def build_party_data(
 
     return PartyData(party_id=party_id, n_users=len(user_order), n_items=len(item_order), total_items=total_items,
                      train=part(SPLIT_CODES["train"]), valid=part(SPLIT_CODES["valid"]),
-                     test=part(SPLIT_CODES["test"]), rating_min=rating_min, rating_max=rating_max)
+                     test=part(SPLIT_CODES["test"]), rating_min=rating_min, rating_max=rating_max,
+                    private_user_ids=private)
