@@ -200,19 +200,21 @@ def rank_scores(private: PrivateItems, h_u: torch.Tensor, h_v: torch.Tensor) -> 
 
 
 def softmax_rank_loss(scores: torch.Tensor, seen: torch.Tensor, pos_rows: torch.Tensor,
-                      pos_items: torch.Tensor) -> torch.Tensor:
-    """Full softmax ranking loss Σ_(u,v) −log( e^{s_uv} / (e^{s_uv} + Σ_{j ∉ train(u)} e^{s_uj}) ).
+                      pos_items: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Full softmax ranking loss Σ_(u,v) w_uv · −log( e^{s_uv} / (e^{s_uv} + Σ_{j ∉ train(u)} e^{s_uj}) ).
 
     Args:
         scores: (U, M) scores of U users against the party's M items.
         seen: (U, M) bool, True on each user's training items: they are never negatives.
         pos_rows, pos_items: one entry per positive (a training pair), row of `scores` and item column.
+        weights: one weight per positive (None: every w_uv = 1).
     Returns:
         The summed loss (scalar). A user whose every item is seen has no negatives and contributes 0.
     """
     lse = torch.logsumexp(scores.masked_fill(seen, float("-inf")), dim=1)
     pos = scores[pos_rows, pos_items]
-    return (torch.logaddexp(lse.index_select(0, pos_rows), pos) - pos).sum()
+    per = torch.logaddexp(lse.index_select(0, pos_rows), pos) - pos
+    return (per if weights is None else per * weights).sum()
 
 
 # fork_rng + manual_seed go through torch's process-wide RNG, which is not thread-safe: trainers

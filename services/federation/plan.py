@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -97,8 +97,12 @@ class ProtocolPlan(Protocol):
 
     def load(self, *, config: Any, party_id: str, table: RatingTable, user_order: Sequence[str],
              item_order: Sequence[str], total_items: int, rating_range: tuple[float, float],
-             local_seed: int) -> Any:
-        """The party's training data for the aligned users (randomized here when the run asks for DP)."""
+             local_seed: int, feedback: Literal["explicit", "implicit"] = "explicit") -> Any:
+        """The party's training data for the aligned users (randomized here when the run asks for DP).
+
+        `feedback` is the party's kind: "implicit" rows are interactions whose value is a weight; a
+        protocol that cannot train such a party for the run's settings raises PolicyRefused.
+        """
         ...
 
     def announce(self, data: Any) -> tuple[int, float]:

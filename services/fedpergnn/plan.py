@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -90,15 +90,15 @@ class FedPerGNNPlan:
 
     def load(self, *, config: Any, party_id: str, table: RatingTable, user_order: Sequence[str],
              item_order: Sequence[str], total_items: int, rating_range: tuple[float, float],
-             local_seed: int) -> PartyData:
+             local_seed: int, feedback: Literal["explicit", "implicit"] = "explicit") -> PartyData:
         """The party's training data (the shared GNN's loading)."""
         return load_party_data(config=config.train, party_id=party_id, table=table, user_order=user_order,
                                item_order=item_order, total_items=total_items, rating_range=rating_range,
-                               local_seed=local_seed)
+                               local_seed=local_seed, feedback=feedback)
 
     def announce(self, data: PartyData) -> tuple[int, float]:
-        """Training interactions and their rating sum."""
-        return len(data.train), float(data.train.ratings.sum())
+        """Training ratings and their sum (an implicit party announces none)."""
+        return data.mean_sums()
 
     def party(self, *, config: Any, data: PartyData, seeds: Seeds, item_counts: Mapping[str, int],
               aggregation: PartyAggregation) -> FedPerGNNPartySide:

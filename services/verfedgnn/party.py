@@ -64,7 +64,11 @@ class PartyTrainer:
         self.party_id = data.party_id
         self.arch = model_config(config)
         tr = data.train
-        keep = tr.ratings >= config.thd  # only high ratings are graph edges; all ratings are targets
+        if data.implicit and config.rank_weight <= 0:
+            raise ProtocolError(f"party {data.party_id}: implicit feedback trains the ranking objective only, "
+                                "which needs rank_weight > 0")
+        # only high ratings are graph edges (all ratings are targets); every implicit interaction is one
+        keep = tr.ratings >= config.thd if not data.implicit else np.ones(len(tr), dtype=bool)
         self.graph = BipartiteGraph.from_edges(torch.from_numpy(tr.users[keep]), torch.from_numpy(tr.items[keep]),
                                                n_users=data.n_users, n_items=data.n_items,
                                                levels=torch.from_numpy(self._levels(tr.ratings[keep])),
@@ -106,6 +110,8 @@ class PartyTrainer:
         n = self.config.rating_levels
         if n <= 1:
             return np.zeros(ratings.shape[0], dtype=np.int64)
+        if self.data.implicit:  # an interaction is a positive: the top level
+            return np.full(ratings.shape[0], n - 1, dtype=np.int64)
         span = max(1e-9, self.data.rating_max - self.data.rating_min)
         pos = np.rint((ratings - self.data.rating_min) / span * (n - 1))
         return np.clip(pos, 0, n - 1).astype(np.int64)
@@ -198,11 +204,18 @@ class PartyTrainer:
         return upload
 
     def _loss(self, h_u: torch.Tensor, h_v: torch.Tensor) -> torch.Tensor:
-        """Σ (r̂ − r)² over own training ratings + per-rating L2 on h_u, h_v and the biases."""
-        users, items, ratings = self._splits["train"]
-        err = predict(self.public, self.private, h_u, h_v, users, items) - ratings
-        loss = (err * err).sum()
+        """Σ (r̂ − r)² over own training ratings + per-rating L2 on h_u, h_v and the biases (+ the ranking loss).
+
+        An implicit party has no ratings: no squared error and no rating-bias L2, only the ranking loss
+        (weighted by its interactions' weights) and the L2 on h.
+        """
         c, pub, prv = self.config, self.public, self.private
+        if self.data.implicit:
+            loss = h_u.new_zeros(())
+        else:
+            users, items, ratings = self._splits["train"]
+            err = predict(self.public, self.private, h_u, h_v, users, items) - ratings
+            loss = (err * err).sum()
         ramp = c.reg_factor(self._round or 0)
         if c.reg > 0:
             # on the final representations h (= e^0 for MF) so propagated layers are regularised too
@@ -210,7 +223,7 @@ class PartyTrainer:
                                    + (self._item_counts * h_v.pow(2).sum(1)).sum())
         if c.weight_decay > 0:  # the user half is applied by the coordinator (it holds e_u^0)
             loss = loss + ramp * c.weight_decay * prv.item_emb.pow(2).sum()
-        if c.reg_bias > 0:
+        if c.reg_bias > 0 and not self.data.implicit:
             loss = loss + c.reg_bias * ((self._user_counts * pub.user_bias.pow(2)).sum()
                                         + (self._item_counts * prv.item_bias.pow(2)).sum())
         if self._rank is not None:
@@ -221,10 +234,17 @@ class PartyTrainer:
         """In-party full softmax over own items: no item id, score or count of this party leaves it."""
         assert self._rank is not None
         users, seen, rows, items = self._rank
-        return softmax_rank_loss(rank_scores(self.private, h_u.index_select(0, users), h_v), seen, rows, items)
+        weights = None
+        if self.data.implicit:  # interaction weights, scaled to mean 1 so the loss has the unweighted scale
+            w = self._splits["train"][2]
+            weights = w / w.mean()
+        return softmax_rank_loss(rank_scores(self.private, h_u.index_select(0, users), h_v), seen, rows, items,
+                                 weights)
 
     @torch.no_grad()
     def _metrics(self, h_u: torch.Tensor, h_v: torch.Tensor) -> dict[str, MetricSums]:
+        if self.data.implicit:  # no ratings to score: pooled RMSE is over the explicit parties only
+            return {name: MetricSums() for name in self._splits}
         out = {}
         for name, (users, items, ratings) in self._splits.items():
             pred = predict(self.public, self.private, h_u, h_v, users, items)

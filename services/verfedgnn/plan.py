@@ -5,10 +5,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
+from services.errors import PolicyRefused
 from services.federation.aggregation import Aggregation, PartyAggregation
 from services.federation.links import Handler, Link
 from services.federation.plan import RatingTable, RoundOutcome, Seeds
@@ -96,17 +97,28 @@ def carve_validation(table: RatingTable, *, fraction: float, seed: int, party_id
     return codes
 
 
+def check_feedback(config: TrainConfig, feedback: str) -> None:
+    """Refuse (PolicyRefused) a run an implicit party cannot train: its only objective is the ranking loss."""
+    if feedback == "implicit" and config.rank_weight <= 0:
+        raise PolicyRefused("this party records implicit feedback (PARTY_FEEDBACK=implicit) and trains the ranking "
+                            "objective only; the run's rank_weight is 0 (use the tuned-ranking preset or set "
+                            "rank_weight > 0)", extra={"field": "config.rank_weight"})
+
+
 def load_party_data(*, config: TrainConfig, party_id: str, table: RatingTable, user_order: Sequence[str],
                     item_order: Sequence[str], total_items: int, rating_range: tuple[float, float],
-                    local_seed: int, include_private: bool = False) -> PartyData:
+                    local_seed: int, include_private: bool = False,
+                    feedback: Literal["explicit", "implicit"] = "explicit") -> PartyData:
     """PartyData over the aligned users (and, with `include_private`, the party's other users as private
     users), a validation carve if none is labelled, randomized once when DP is on."""
+    check_feedback(config, feedback)
     codes = carve_validation(table, fraction=config.valid_fraction, seed=config.seed, party_id=party_id,
                              aligned=user_order)
     data = build_party_data(party_id=party_id, user_order=list(user_order), item_order=list(item_order),
                             users=[str(u) for u in table.users.tolist()], items=[str(i) for i in table.items.tolist()],
                             ratings=table.ratings, codes=codes, total_items=total_items,
-                            rating_min=rating_range[0], rating_max=rating_range[1], include_private=include_private)
+                            rating_min=rating_range[0], rating_max=rating_range[1], include_private=include_private,
+                            feedback=feedback)
     return training_data(data, config=config, local_seed=local_seed)
 
 
@@ -121,16 +133,15 @@ class VerFedGNNPlan:
 
     def load(self, *, config: Any, party_id: str, table: RatingTable, user_order: Sequence[str],
              item_order: Sequence[str], total_items: int, rating_range: tuple[float, float],
-             local_seed: int) -> PartyData:
+             local_seed: int, feedback: Literal["explicit", "implicit"] = "explicit") -> PartyData:
         """The party's training data: the aligned users, and its other users as private users."""
         return load_party_data(config=config, party_id=party_id, table=table, user_order=user_order,
                                item_order=item_order, total_items=total_items, rating_range=rating_range,
-                               local_seed=local_seed, include_private=True)
+                               local_seed=local_seed, include_private=True, feedback=feedback)
 
     def announce(self, data: PartyData) -> tuple[int, float]:
-        """Training interactions of the aligned users and their rating sum (for the global mean)."""
-        train = data.aligned("train")
-        return len(train), float(train.ratings.sum())
+        """Training ratings of the aligned users and their sum (for the global mean; an implicit party announces none)."""
+        return data.mean_sums()
 
     def party(self, *, config: Any, data: PartyData, seeds: Seeds, item_counts: Mapping[str, int],
               aggregation: PartyAggregation) -> VerFedGNNPartySide:

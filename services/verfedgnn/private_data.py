@@ -25,7 +25,8 @@ def training_data(data: PartyData, *, config: TrainConfig, local_seed: int) -> P
     if config.dp_epsilon is None:
         return data
     epsilon = config.dp_epsilon
-    levels = rating_levels(data.rating_min, data.rating_max)
+    # implicit feedback: a cell is absent or an interaction (binary response; the weights are not released)
+    levels = np.ones(1, np.float32) if data.implicit else rating_levels(data.rating_min, data.rating_max)
 
     def randomized(t: RatingTriples, n_users: int, stream: list[int]) -> RatingTriples:
         u, i, r = randomize_interactions(users=t.users, items=t.items, ratings=t.ratings, n_users=n_users,

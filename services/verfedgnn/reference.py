@@ -79,8 +79,8 @@ def build_federation(datas: Mapping[str, PartyData], *, config: TrainConfig,
     local = {p: SecAggParty(party_id=p, secret=keys[p], run_id=run_id).derived_seed("local", config.seed)
              for p in datas}
     trained = {p: training_data(d, config=config, local_seed=local[p]) for p, d in datas.items()}  # as each party does
-    n = sum(len(d.aligned("train")) for d in trained.values())  # what each party announces: aligned users only
-    mean = sum(float(d.aligned("train").ratings.sum()) for d in trained.values()) / max(1, n)
+    sums = [d.mean_sums() for d in trained.values()]  # as each party announces (aligned users; implicit: none)
+    mean = sum(s for _, s in sums) / max(1, sum(n for n, _ in sums))
     any_data = next(iter(trained.values()))
     coord = CoordinatorTrainer(config=config, n_users=any_data.n_users, global_mean=mean,
                                item_counts={p: d.n_items for p, d in trained.items()})

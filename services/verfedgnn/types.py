@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -57,11 +58,26 @@ class PartyData:
     rating_min: float = 1.0  # predictions are clamped to the rating range when scored
     rating_max: float = 5.0
     private_user_ids: list[str] = field(default_factory=list)  # users n_users.. : this party's, not aligned
+    # implicit: each triple is an interaction and its "rating" its weight (> 0, 1 unless given);
+    # the party then trains the ranking objective only and reports no rating errors
+    feedback: Literal["explicit", "implicit"] = "explicit"
 
     @property
     def n_private(self) -> int:
         """Users of this party outside the intersection."""
         return len(self.private_user_ids)
+
+    @property
+    def implicit(self) -> bool:
+        """True when the triples are interactions (weights), not ratings."""
+        return self.feedback == "implicit"
+
+    def mean_sums(self) -> tuple[int, float]:
+        """(count, sum) of the aligned users' training ratings this party adds to μ: none for implicit feedback."""
+        if self.implicit:  # weights are not ratings: μ stays the explicit parties' mean
+            return 0, 0.0
+        train = self.aligned("train")
+        return len(train), float(train.ratings.sum())
 
     def split(self, name: str) -> RatingTriples:
         """Ratings of split `name` (train/valid/test), aligned and private users."""
@@ -144,7 +160,7 @@ def rmse_mae(sums: list[MetricSums]) -> tuple[float, float]:
 def build_party_data(
     *, party_id: str, user_order: list[str], item_order: list[str], users: list[str], items: list[str],
     ratings: np.ndarray, codes: np.ndarray, total_items: int, rating_min: float, rating_max: float,
-    include_private: bool = False,
+    include_private: bool = False, feedback: Literal["explicit", "implicit"] = "explicit",
 ) -> PartyData:
     """PartyData over the aligned users (in `user_order`) and own items.
 
@@ -174,4 +190,4 @@ def build_party_data(
     return PartyData(party_id=party_id, n_users=len(user_order), n_items=len(item_order), total_items=total_items,
                      train=part(SPLIT_CODES["train"]), valid=part(SPLIT_CODES["valid"]),
                      test=part(SPLIT_CODES["test"]), rating_min=rating_min, rating_max=rating_max,
-                    private_user_ids=private)
+                     private_user_ids=private, feedback=feedback)
