@@ -59,7 +59,7 @@ def run_one(args: argparse.Namespace, split: str, overlap: float, feedback: str)
     if args.patience is not None:
         values["patience"] = args.patience
     config = TrainConfig(**values)
-    rows = ox.run_configuration(shares, config=config, log=lambda m: log(f"{name}: {m}"))
+    rows = ox.run_configuration(shares, config=config, private=not args.no_private, log=lambda m: log(f"{name}: {m}"))
     for r in rows:
         log(f"{name}: {r['party']} {r['slice']:<12} users {r['users']:>3} NDCG@10 local {r['local_ndcg@10']:.4f} "
             f"federated {r['federated_ndcg@10']:.4f}")
@@ -110,7 +110,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=None, help="round cap (default: the preset's)")
     ap.add_argument("--patience", type=int, default=None, help="early-stopping patience (default: the preset's)")
     ap.add_argument("--quick", action="store_true",
-                    help="development: genre split, overlap 0.5, explicit only, 40 rounds, patience 10")
+                    help="development: genre split, overlap 0.5 (--feedback as given), 40 rounds, patience 10")
+    ap.add_argument("--no-private", action="store_true",
+                    help="the federation trains the aligned users only (non-aligned users: popularity fallback)")
     ap.add_argument("--jobs", type=int, default=1, help="configurations run in this many processes at once")
     ap.add_argument("--markdown", type=Path, default=None, help="render a saved JSON line (table and bars) and exit")
     args = ap.parse_args(argv)
@@ -121,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
         print("\n".join(f"- {b}" for b in bars(runs)))
         return
     if args.quick:
-        args.by, args.overlaps, args.feedback = ["genre"], [0.5], ["explicit"]
+        args.by, args.overlaps = ["genre"], [0.5]
         args.rounds = args.rounds or 40
         args.patience = args.patience or 10
     torch.set_num_threads(1)

@@ -13,9 +13,9 @@ local-only model (trained alone on all its users) and for the federation.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from functools import reduce
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -42,7 +42,7 @@ class PartyShare:
     aligned: np.ndarray  # sorted ids of the users every party holds
     private: np.ndarray  # sorted ids of the party's users no other party holds
     cold: np.ndarray  # sorted ids of the aligned users cold at this party
-    feedback: str  # "explicit" or "implicit"
+    feedback: Literal["explicit", "implicit"]
 
 
 def _splits(ds: Dataset) -> list[Ratings]:
@@ -110,22 +110,16 @@ def overlap_parties(ds: Dataset, *, n_parties: int, seed: int, overlap: float, g
     return out
 
 
-def with_feedback(data: PartyData, feedback: str) -> PartyData:
-    """`data` declaring its feedback kind, where PartyData has one (explicit data is the default)."""
-    if "feedback" in {f.name for f in fields(PartyData)}:
-        return replace(data, feedback=feedback)  # type: ignore[call-arg]
-    return data
-
-
 def local_data(share: PartyShare) -> PartyData:
     """The party alone: all its users (sorted), its items."""
-    return with_feedback(alone(party_datas({share.party_id: share.dataset})[share.party_id]), share.feedback)
+    data = party_datas({share.party_id: share.dataset})[share.party_id]
+    return alone(replace(data, feedback=share.feedback))
 
 
-def federated_data(shares: Mapping[str, PartyShare]) -> dict[str, PartyData]:
-    """What each party trains in the federation: the aligned users (sorted), its items."""
-    datas = party_datas({p: s.dataset for p, s in shares.items()})
-    return {p: with_feedback(d, shares[p].feedback) for p, d in datas.items()}
+def federated_data(shares: Mapping[str, PartyShare], *, private: bool = True) -> dict[str, PartyData]:
+    """What each party trains in the federation: the aligned users (sorted), then (`private`) its other users (sorted)."""
+    datas = party_datas({p: s.dataset for p, s in shares.items()}, include_private=private)
+    return {p: replace(d, feedback=shares[p].feedback) for p, d in datas.items()}
 
 
 @dataclass(frozen=True)
@@ -174,8 +168,8 @@ def place_scores(ev: PartyEval, user_ids: Sequence[str], scores: np.ndarray) -> 
     its items by training count.
     """
     out = np.tile(ev.counts.astype(np.float64), (ev.users.size, 1))
-    idx = np.searchsorted(ev.users, np.asarray(user_ids, dtype=str))
-    out[idx] = scores[:len(user_ids)]
+    n = min(len(user_ids), scores.shape[0])  # a model that does not train private users has no rows for them
+    out[np.searchsorted(ev.users, np.asarray(user_ids[:n], dtype=str))] = scores[:n]
     return out
 
 
@@ -193,17 +187,19 @@ def slice_figures(ev: PartyEval, scores: np.ndarray) -> dict[str, dict[str, floa
     return out
 
 
-def federated_user_ids(shares: Mapping[str, PartyShare], datas: Mapping[str, PartyData], party: str) -> list[str]:
-    """External ids of the federated model's user rows at `party`: the aligned users, then its private ones."""
-    share = shares[party]
-    private = getattr(datas[party], "private_user_ids", None)
-    return share.aligned.tolist() + ([] if private is None else [str(u) for u in private])
+def model_user_ids(share: PartyShare, data: PartyData) -> list[str]:
+    """External ids of the federated model's user rows at a party: the aligned users (sorted), then its private ones."""
+    return [*share.aligned.tolist(), *data.private_user_ids]
 
 
-def run_configuration(shares: Mapping[str, PartyShare], *, config: TrainConfig,
+def run_configuration(shares: Mapping[str, PartyShare], *, config: TrainConfig, private: bool = True,
                       log: Callable[[str], None] = lambda _: None,
                       on_round: RoundCallback | None = None) -> list[dict[str, Any]]:
-    """Train the federation and each party alone; one row per party and non-empty slice."""
+    """Train the federation and each party alone; one row per party and non-empty slice.
+
+    `private` off: the federation trains the aligned users only and each party serves its other users
+    the popularity fallback (a run before parties trained their non-aligned users).
+    """
     evals = {p: party_eval(s) for p, s in shares.items()}
     off = config.model_copy(update={"use_projection": False, "use_quantization": False})
     local: dict[str, dict[str, dict[str, float]]] = {}
@@ -212,12 +208,12 @@ def run_configuration(shares: Mapping[str, PartyShare], *, config: TrainConfig,
         run = topk.train_ranked({p: data}, config=off, protocol=f"local:{p}", on_round=on_round)
         local[p] = slice_figures(evals[p], place_scores(evals[p], _users(s.dataset).tolist(), run.scores()[p]))
         log(f"{p} alone: best round {run.result.best_round} of {run.result.rounds_run}")
-    datas = federated_data(shares)
+    datas = federated_data(shares, private=private)
     run = topk.train_ranked(datas, config=config, protocol="federated", on_round=on_round)
     log(f"federated: best round {run.result.best_round} of {run.result.rounds_run}")
     rows = []
     for p in shares:
-        fed = slice_figures(evals[p], place_scores(evals[p], federated_user_ids(shares, datas, p), run.scores()[p]))
+        fed = slice_figures(evals[p], place_scores(evals[p], model_user_ids(shares[p], datas[p]), run.scores()[p]))
         for name in SLICES:
             if name not in fed:
                 continue
