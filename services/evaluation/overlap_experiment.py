@@ -192,6 +192,30 @@ def model_user_ids(share: PartyShare, data: PartyData) -> list[str]:
     return [*share.aligned.tolist(), *data.private_user_ids]
 
 
+def ranking_valid_loss(datas: Mapping[str, PartyData]) -> Callable[[dict[str, np.ndarray]], float] | None:
+    """1 − validation NDCG@10 pooled over the parties' users, for early stopping when no party reports rating
+    errors (every party implicit); None otherwise (the validation RMSE decides, as in a coordinator run)."""
+    if any(not d.implicit for d in datas.values()):
+        return None
+    protocol = {}
+    for p, d in datas.items():
+        n = d.n_users + d.n_private
+        seen = ranking.seen_matrix(n, d.n_items, (d.train.users, d.train.items))
+        protocol[p] = (seen, ranking.relevant_sets(d.valid.users, d.valid.items, d.valid.ratings, 0.0))
+
+    def loss(scores: dict[str, np.ndarray]) -> float:
+        total, users = 0.0, 0
+        for p, (seen, relevant) in protocol.items():
+            rows = scores[p].shape[0]  # a model without private rows scores the aligned users only
+            rel = {u: r for u, r in relevant.items() if u < rows}
+            if rel:
+                f = ranking.evaluate_scores(scores[p], seen=seen[:rows], relevant=rel,
+                                            train_counts=np.zeros(seen.shape[1], np.int64), ks=(K,))
+                total, users = total + f[f"ndcg@{K}"] * len(rel), users + len(rel)
+        return 1.0 - total / max(1, users)
+    return loss
+
+
 def run_configuration(shares: Mapping[str, PartyShare], *, config: TrainConfig, private: bool = True,
                       log: Callable[[str], None] = lambda _: None,
                       on_round: RoundCallback | None = None) -> list[dict[str, Any]]:
@@ -205,11 +229,13 @@ def run_configuration(shares: Mapping[str, PartyShare], *, config: TrainConfig, 
     local: dict[str, dict[str, dict[str, float]]] = {}
     for p, s in shares.items():
         data = local_data(s)
-        run = topk.train_ranked({p: data}, config=off, protocol=f"local:{p}", on_round=on_round)
+        run = topk.train_ranked({p: data}, config=off, protocol=f"local:{p}", on_round=on_round,
+                                valid_loss=ranking_valid_loss({p: data}))
         local[p] = slice_figures(evals[p], place_scores(evals[p], _users(s.dataset).tolist(), run.scores()[p]))
         log(f"{p} alone: best round {run.result.best_round} of {run.result.rounds_run}")
     datas = federated_data(shares, private=private)
-    run = topk.train_ranked(datas, config=config, protocol="federated", on_round=on_round)
+    run = topk.train_ranked(datas, config=config, protocol="federated", on_round=on_round,
+                            valid_loss=ranking_valid_loss(datas))
     log(f"federated: best round {run.result.best_round} of {run.result.rounds_run}")
     rows = []
     for p in shares:
