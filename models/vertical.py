@@ -2,7 +2,8 @@
 
 Public: user embeddings e_u^0, user biases, global bias, layer weights W^k (+ attention or GRU
 weights), layer-combination weights a_k, and a per-layer gate on the reconstructed aggregates
-of the other parties. Private to party p: item embeddings e_v^0 and item biases.
+of the other parties. Private to party p: item embeddings e_v^0 and item biases, and the rows
+(e_u^0, b_u) of its users outside the intersection (`PrivateUsers`, `private_user_forward`).
 Prediction r̂_uv = μ + b_u + b_v + h_u · h_v with h = Σ_k a_k e^k. K = 0 is biased MF.
 """
 
@@ -126,6 +127,26 @@ class PrivateItems(nn.Module):
         return f"PrivateItems(n_items={self.n_items}, dim={self.dim})"
 
 
+class PrivateUsers(nn.Module):
+    """Rows e_u^0 and b_u of the users one party holds outside the intersection (never leave the party)."""
+
+    def __init__(self, *, n_users: int, dim: int, init_std: float = 0.1) -> None:
+        super().__init__()
+        self.n_users, self.dim, self.init_std = n_users, dim, init_std
+        self.user_emb = nn.Parameter(torch.empty(n_users, dim))
+        self.user_bias = nn.Parameter(torch.empty(n_users))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """N(0, init_std) embeddings, zero biases (as the public user rows)."""
+        with torch.no_grad():
+            nn.init.normal_(self.user_emb, std=self.init_std)
+            self.user_bias.zero_()
+
+    def __repr__(self) -> str:
+        return f"PrivateUsers(n_users={self.n_users}, dim={self.dim})"
+
+
 class PartyForward:
     """One round's layer-by-layer forward at party c, kept alive so autograd spans the protocol steps."""
 
@@ -179,14 +200,38 @@ class PartyForward:
         return h_u, h_v  # type: ignore[return-value]
 
 
+def private_user_forward(*, public: PublicModel, users: PrivateUsers, graph: g.BipartiteGraph,
+                         items: list[torch.Tensor]) -> torch.Tensor:
+    """h of a party's private users: the public layers over the party's own edges of these users only.
+
+    `items` are the item representations e_v^k of every layer of the round's forward (`PartyForward.items`):
+    the private users read them and feed nothing back, so no aligned user's row, no item representation
+    and no projection depends on a private user's row. The users exist at this party only: their
+    degree and attention are exact here (scale 1) and there is no other party's aggregate to add.
+    """
+    if len(items) != len(public.layers) + 1:
+        raise ValueError("the round's forward is incomplete")
+    rw = public.rating_weight
+    xs: list[torch.Tensor] = [users.user_emb]
+    for k, mod in enumerate(public.layers):
+        own, self_coef = mod.contribution(graph, xs[-1], items[k], 1.0, None if rw is None else rw[k])  # type: ignore[operator]
+        xs.append(mod.update_users(xs[-1], own, self_coef))  # type: ignore[operator]
+    a = public.layer_weights
+    return sum(a[k] * e for k, e in enumerate(xs))  # type: ignore[return-value]
+
+
 def predict(public: PublicModel, private: PrivateItems, h_u: torch.Tensor, h_v: torch.Tensor,
-            users: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
-    """r̂ = μ + b_u + b_v + h_u · h_v (the first `rating_dim` coordinates) for parallel (user, local item) indices."""
+            users: torch.Tensor, items: torch.Tensor, user_bias: torch.Tensor | None = None) -> torch.Tensor:
+    """r̂ = μ + b_u + b_v + h_u · h_v (the first `rating_dim` coordinates) for parallel (user, local item) indices.
+
+    `user_bias` replaces the public user biases (a party's private users: rows of `h_u` are theirs).
+    """
     d = public.config.rating_dim
     dot = (h_u[:, :d].index_select(0, users) * h_v[:, :d].index_select(0, items)).sum(dim=1)
     if not public.config.use_bias:
         return dot
-    return public.global_bias + public.user_bias.index_select(0, users) + private.item_bias.index_select(0, items) + dot
+    b_u = public.user_bias if user_bias is None else user_bias
+    return public.global_bias + b_u.index_select(0, users) + private.item_bias.index_select(0, items) + dot
 
 
 def rank_scores(private: PrivateItems, h_u: torch.Tensor, h_v: torch.Tensor) -> torch.Tensor:
@@ -241,3 +286,9 @@ def build_private(*, config: VerFedGNNConfig, n_items: int, seed: int) -> Privat
     """A party's private item parameters initialised from `seed` without touching the global RNG."""
     with _seeded(seed):
         return PrivateItems(n_items=n_items, dim=config.dim, init_std=config.init_std, rank_bias=config.rank_bias)
+
+
+def build_private_users(*, config: VerFedGNNConfig, n_users: int, seed: int) -> PrivateUsers:
+    """A party's private user rows initialised from `seed` without touching the global RNG."""
+    with _seeded(seed):
+        return PrivateUsers(n_users=n_users, dim=config.dim, init_std=config.init_std)

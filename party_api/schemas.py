@@ -182,7 +182,8 @@ class ErasureRead(BaseModel):
     interactions_deleted: int
     social_links_deleted: int
     artifacts_rewritten: list[str] = Field(description="stored artifacts the user was cut out of (name@version)")
-    runs_reset: list[str] = Field(description="runs whose alignment held the user; their next round runs without them")
+    runs_reset: list[str] = Field(description="runs whose alignment or private user rows held the user; their next "
+                                  "round runs without them")
 
 
 class HealthRead(BaseModel):

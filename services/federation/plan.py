@@ -98,7 +98,8 @@ class ProtocolPlan(Protocol):
     def load(self, *, config: Any, party_id: str, table: RatingTable, user_order: Sequence[str],
              item_order: Sequence[str], total_items: int, rating_range: tuple[float, float],
              local_seed: int, feedback: Literal["explicit", "implicit"] = "explicit") -> Any:
-        """The party's training data for the aligned users (randomized here when the run asks for DP).
+        """The party's training data for the aligned users, and for its other users where the protocol trains
+        them privately (randomized here when the run asks for DP).
 
         `feedback` is the party's kind: "implicit" rows are interactions whose value is a weight; a
         protocol that cannot train such a party for the run's settings raises PolicyRefused.
@@ -106,7 +107,7 @@ class ProtocolPlan(Protocol):
         ...
 
     def announce(self, data: Any) -> tuple[int, float]:
-        """What the party tells the coordinator: (training interactions, their rating sum)."""
+        """What the party tells the coordinator: (training interactions, their rating sum) of the aligned users."""
         ...
 
     def party(self, *, config: Any, data: Any, seeds: Seeds, item_counts: Mapping[str, int],

@@ -8,9 +8,11 @@ What a party keeps about a user, and what erasure does with it:
   id), which keeps the shared row order of the other parties and matches no rating, so the next round
   of the run trains without the user; the in-memory run is dropped and rebuilt from the database;
 - the evaluation split: the user's held-out (user, item) labels are removed;
-- trainer checkpoints hold only this party's private item parameters and optimiser state (no user
-  ids, no user rows), so they are kept: what the user's ratings already taught the item parameters,
-  like what other parties aggregated, cannot be taken back (docs/privacy.md, section 8);
+- trainer checkpoints (`trainer:<run>`) hold this party's private item parameters and optimiser
+  state, and the rows of its private users (users outside the run's intersection, with their ids):
+  a private user's row and optimiser state are cut out and the run is dropped from memory, to be
+  rebuilt without the user; the item parameters are kept: what the user's ratings already taught
+  them, like what other parties aggregated, cannot be taken back (docs/privacy.md, section 8);
 - in memory: a PSI in progress (it holds the user list) is abandoned, the serving cache is cleared,
   social sessions over the user are closed;
 - on SQLite, secure_delete overwrites freed pages and the WAL is checkpointed and truncated.
@@ -51,7 +53,7 @@ class Erasure:
     interactions_deleted: int
     social_links_deleted: int
     artifacts_rewritten: list[str] = field(default_factory=list)  # "name@version" of each rewritten artifact
-    runs_reset: list[str] = field(default_factory=list)  # runs whose alignment held the user
+    runs_reset: list[str] = field(default_factory=list)  # runs whose alignment or private users held the user
 
 
 def _serving(tree: dict[str, Any], external_id: str) -> dict[str, Any] | None:
@@ -70,6 +72,33 @@ def _alignment(tree: dict[str, Any], external_id: str) -> dict[str, Any] | None:
     return {**tree, "user_ids": np.where(ids == external_id, TOMBSTONE, ids).astype(str)}
 
 
+def _trainer(tree: dict[str, Any], external_id: str) -> dict[str, Any] | None:
+    """A trainer checkpoint without the user's private row (None when it holds none).
+
+    A protocol keeps its private users under "private_users": their "ids" and tensors with one row per id
+    (rows, optimizer moments); every array there with that many rows loses the user's row.
+    """
+    own = tree.get("private_users")
+    if not isinstance(own, dict) or not isinstance(own.get("ids"), np.ndarray):
+        return None
+    ids = own["ids"]
+    keep = ids != external_id
+    if keep.all():
+        return None
+    n = ids.shape[0]
+
+    def cut(node: Any) -> Any:
+        if isinstance(node, np.ndarray):
+            return node[keep] if node.ndim >= 1 and node.shape[0] == n else node
+        if isinstance(node, dict):
+            return {k: cut(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [cut(v) for v in node]
+        return node
+
+    return {**tree, "private_users": cut(own)}
+
+
 def _split(tree: dict[str, Any], external_id: str) -> dict[str, Any] | None:
     keep = tree["users"] != external_id
     if keep.all():
@@ -78,7 +107,7 @@ def _split(tree: dict[str, Any], external_id: str) -> dict[str, Any] | None:
 
 
 REWRITERS: dict[str, Callable[[dict[str, Any], str], dict[str, Any] | None]] = {
-    "serving_model": _serving, "alignment": _alignment, "evaluation_split": _split}
+    "serving_model": _serving, "alignment": _alignment, "evaluation_split": _split, "trainer_state": _trainer}
 
 
 def _rewrite_artifacts(session: Session, external_id: str) -> tuple[list[str], list[str]]:
@@ -86,13 +115,15 @@ def _rewrite_artifacts(session: Session, external_id: str) -> tuple[list[str], l
     for row in session.scalars(select(ModelArtifact).where(ModelArtifact.kind.in_(REWRITERS))):
         if row.payload is None:
             continue
-        tree = REWRITERS[row.kind](unpack_tree(row.payload), external_id)
+        # optimizer state may hold non-finite values (a checkpoint is read back as it was written)
+        tree = REWRITERS[row.kind](unpack_tree(row.payload, finite=row.kind != "trainer_state"), external_id)
         if tree is None:
             continue
         row.payload = pack_tree(tree)
         rewritten.append(f"{row.name}@{row.version}")
-        if row.kind == "alignment":
-            runs.append(row.name.removeprefix("alignment:"))
+        run_id = row.name.split(":", 1)[1] if row.kind in ("alignment", "trainer_state") else None
+        if run_id is not None and run_id not in runs:
+            runs.append(run_id)  # its in-memory state holds the user: rebuilt from the database
     return rewritten, runs
 
 

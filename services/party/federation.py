@@ -198,7 +198,8 @@ class FederationService:
                                    extra={"field": "config"}) from exc
 
     def configure(self, *, request: ConfigureRequest) -> ConfigureResponse:
-        """Load this party's data for the aligned users; announce M_p and the training-rating sums."""
+        """Load this party's data (the aligned users, and its other users as private users where the protocol
+        trains them); announce M_p and the aligned users' training-rating count and sum."""
         plan = registry.plan(registry.protocol_of(request.config))
         config = self._config(plan, request.config, request.seed)
         with self._lock, self.sessions() as session:
@@ -361,9 +362,14 @@ class FederationService:
             run = self._run(session, run_id)
             assert run.side is not None
             sm: dict[str, Any] = run.side.serving_model()
-            n, m = len(run.user_order), len(run.item_order)
+            # the party's private users (VerFedGNN) follow the aligned ones, as in the trainer's rows
+            users = run.user_order + list(getattr(run.data, "private_user_ids", []))
+            n, m = len(users), len(run.item_order)
+            if np.asarray(sm["user_repr"]).shape[0] != n:
+                raise ProtocolError(f"run {run_id}: the model has {np.asarray(sm['user_repr']).shape[0]} user rows, "
+                                    f"this party {n} users")
             model = ServingModel(
-                run_id=run_id, round_index=round_index, user_ids=np.array(run.user_order, dtype=str),
+                run_id=run_id, round_index=round_index, user_ids=np.array(users, dtype=str),
                 item_ids=np.array(run.item_order, dtype=str),
                 h_u=np.asarray(sm["user_repr"], np.float32), h_v=np.asarray(sm["item_repr"], np.float32),
                 user_bias=np.asarray(sm.get("user_bias", np.zeros(n)), np.float32).reshape(n),

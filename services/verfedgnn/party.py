@@ -3,12 +3,21 @@
 Per round: begin_round → for each layer: layer_projection, receive_projection_sum → finish_round.
 Raw ratings, item embeddings and per-user counts stay here; what leaves is Φ X_p^k (q × D) and
 clipped, ternary-quantized gradients of the public parameters.
+
+The party's users outside the intersection (PartyData.private_user_ids) train here too, with rows
+e_u^0, b_u of their own (`PrivateUsers`) that never leave: their h comes from the public layers over
+this party's graph only (`private_user_forward`), their loss trains their rows and the private item
+parameters, and it gives the public parameters no gradient (`finish_round`). Every message stays
+sized and computed by the aligned users; the private users reach the uploads of later rounds only
+through the item parameters they helped train, as every other rating at this party does.
 """
 
 from __future__ import annotations
 
 import copy
 import warnings
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -18,10 +27,13 @@ from models.metrics import error_sums
 from models.vertical import (
     PartyForward,
     PrivateItems,
+    PrivateUsers,
     PublicModel,
     build_private,
+    build_private_users,
     build_public,
     predict,
+    private_user_forward,
     rank_scores,
     softmax_rank_loss,
 )
@@ -47,10 +59,29 @@ from services.verfedgnn.types import (
 )
 
 _DENSE_PHI_LIMIT = 20_000_000  # q·N entries below which Φ is cached densely (fast matmuls)
+_OWN_USERS_TAG = 0x4F574E  # separates the private user rows' initialisation from the item initialisation
+
+RankTargets = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 def _tensors(t: RatingTriples) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return torch.from_numpy(t.users), torch.from_numpy(t.items), torch.from_numpy(t.ratings)
+
+
+def _counts(values: np.ndarray, n: int) -> torch.Tensor:
+    return torch.from_numpy(np.bincount(values, minlength=n).astype(np.float32))
+
+
+@dataclass(frozen=True)
+class _Targets:
+    """One group of users' training targets: the aligned users, or the party's private users."""
+
+    train: tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # (user row of the group, item, rating)
+    user_counts: torch.Tensor  # training ratings per user of the group
+    item_counts: torch.Tensor  # training ratings per item by the group's users
+    user_bias: torch.Tensor  # the group's b_u (public for aligned users, private rows otherwise)
+    decayed: torch.Tensor  # the e^0 rows this party applies weight decay to in the group's loss
+    rank: RankTargets | None
 
 
 class PartyTrainer:
@@ -63,7 +94,7 @@ class PartyTrainer:
         self.local_seed = local_seed
         self.party_id = data.party_id
         self.arch = model_config(config)
-        tr = data.train
+        tr = data.aligned("train")
         if data.implicit and config.rank_weight <= 0:
             raise ProtocolError(f"party {data.party_id}: implicit feedback trains the ranking objective only, "
                                 "which needs rank_weight > 0")
@@ -79,21 +110,49 @@ class PartyTrainer:
                      else local_seed % (2**63))
         self.private: PrivateItems = build_private(config=self.arch, n_items=data.n_items, seed=init_seed)
         self.optimizer = make_optimizer(config, list(self.private.parameters()), config.private_lr)
-        self._splits = {name: _tensors(data.split(name)) for name in SPLITS}
-        counts = np.bincount(tr.users, minlength=data.n_users).astype(np.float32)
-        self._user_counts = torch.from_numpy(counts)
-        self._item_counts = torch.from_numpy(np.bincount(tr.items, minlength=data.n_items).astype(np.float32))
+        self._splits = {name: _tensors(data.aligned(name)) for name in SPLITS}
+        self._user_counts = _counts(tr.users, data.n_users)
+        self._item_counts = _counts(tr.items, data.n_items)
         self._rank = self._rank_targets(tr) if config.rank_weight > 0 else None
+        self._aligned = _Targets(_tensors(tr), self._user_counts, self._item_counts, self.public.user_bias,
+                                 self.private.item_emb, self._rank)
+        self.own_users: PrivateUsers | None = None  # rows of the private users (None: the party has none)
+        self._own_optimizer: torch.optim.Optimizer | None = None
+        self._own: _Targets | None = None
+        self._own_splits: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        if data.n_private:
+            self._init_own_users(init_seed)
         self._spec: ProjectionSpec | None = None
         self._phi: torch.Tensor | None = None
         self._phi_sparse: tuple[torch.Tensor, torch.Tensor] | None = None
         self._forward: PartyForward | None = None
         self._round: int | None = None
         self._last: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._last_own: tuple[torch.Tensor, np.ndarray] | None = None  # private users' h and b_u of that forward
         self._last_private: dict[str, np.ndarray] = {}
         self.last_metrics: dict[str, MetricSums] = {}  # every split, for the party's own evaluation
+        self.last_private_metrics: dict[str, MetricSums] = {}  # the private users' (never reported)
 
-    def _rank_targets(self, tr: RatingTriples) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _init_own_users(self, init_seed: int) -> None:
+        """Rows, optimizer, graph and targets of the private users (indices n_users.. of the data, from 0 here)."""
+        data, config = self.data, self.config
+        own = data.private("train")
+        keep = own.ratings >= config.thd if not data.implicit else np.ones(len(own), dtype=bool)
+        graph = BipartiteGraph.from_edges(torch.from_numpy(own.users[keep]), torch.from_numpy(own.items[keep]),
+                                          n_users=data.n_private, n_items=data.n_items,
+                                          levels=torch.from_numpy(self._levels(own.ratings[keep])),
+                                          n_levels=max(1, config.rating_levels))
+        # An item's degree is every edge it has here: the private users' neighbourhoods are exact at this party.
+        self._own_graph = replace(graph, item_degree=graph.item_degree + self.graph.item_degree, cache={})
+        self.own_users = build_private_users(config=self.arch, n_users=data.n_private,
+                                             seed=(init_seed ^ _OWN_USERS_TAG) % (2**63))
+        self._own_optimizer = make_optimizer(config, list(self.own_users.parameters()), config.private_lr)
+        self._own_splits = {name: _tensors(data.private(name)) for name in SPLITS}
+        self._own = _Targets(_tensors(own), _counts(own.users, data.n_private), _counts(own.items, data.n_items),
+                             self.own_users.user_bias, self.own_users.user_emb,
+                             self._rank_targets(own) if config.rank_weight > 0 else None)
+
+    def _rank_targets(self, tr: RatingTriples) -> RankTargets:
         """(users with a training rating, their (U, M) training mask, row and item of every positive).
 
         Every training rating is a positive (its level goes to the rating loss); the mask keeps a
@@ -150,6 +209,8 @@ class PartyTrainer:
         self.public.load_arrays(public)
         self.public.zero_grad(set_to_none=True)
         self.optimizer.zero_grad(set_to_none=True)
+        if self._own_optimizer is not None:
+            self._own_optimizer.zero_grad(set_to_none=True)
         self._round = round_index
         self._forward = PartyForward(public=self.public, private=self.private, graph=self.graph, scale=self.scale)
 
@@ -187,6 +248,7 @@ class PartyTrainer:
         except ValueError as exc:
             raise ProtocolError(str(exc)) from exc
         loss = self._loss(h_u, h_v)
+        h_own = self._own_backward(fwd, h_v)  # before loss.backward(): they share the item path
         loss.backward()
         metrics = self._metrics(h_u.detach(), h_v.detach())
         # the private biases of this forward (before the step), so a published model is the one scored
@@ -196,6 +258,9 @@ class PartyTrainer:
         if self.config.dp_epsilon is not None:  # held-out ratings are not randomized: their sums stay here
             metrics = {"train": metrics["train"]}
         self.optimizer.step()
+        if h_own is not None and self.own_users is not None and self._own_optimizer is not None:
+            self._last_own = (h_own, self.own_users.user_bias.detach().numpy().copy())
+            self._own_optimizer.step()
         self._last = (h_u.detach(), h_v.detach())
         grads = {name: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().numpy()
                  for name, p in self.public.named_parameters()}
@@ -203,51 +268,84 @@ class PartyTrainer:
         self._forward = None
         return upload
 
-    def _loss(self, h_u: torch.Tensor, h_v: torch.Tensor) -> torch.Tensor:
+    def _own_backward(self, fwd: PartyForward, h_v: torch.Tensor) -> torch.Tensor | None:
+        """The private users' forward and loss; their gradients go to private parameters only. Their h (detached).
+
+        The gradients are taken with respect to the private item parameters and the private user rows
+        alone (the public parameters count as constants, as if their weights were detached), and added
+        to what the aligned loss gives those parameters: no public gradient, hence nothing uploaded,
+        depends on a private user. The public parameters are the federation's; a party's own users
+        are served by them but do not move them.
+        """
+        if self.own_users is None or self._own is None:
+            return None
+        try:
+            h_own = private_user_forward(public=self.public, users=self.own_users, graph=self._own_graph,
+                                         items=fwd.items)
+        except ValueError as exc:
+            raise ProtocolError(str(exc)) from exc
+        loss = self._loss(h_own, h_v, self._own)
+        params = [p for p in (*self.private.parameters(), *self.own_users.parameters()) if p.requires_grad]
+        grads = torch.autograd.grad(loss, params, allow_unused=True, retain_graph=True)
+        for p, g in zip(params, grads):
+            if g is not None:
+                p.grad = g if p.grad is None else p.grad + g
+        self.last_private_metrics = self._metrics(h_own.detach(), h_v.detach(), own=True)
+        return h_own.detach()
+
+    def _loss(self, h_u: torch.Tensor, h_v: torch.Tensor, targets: _Targets | None = None) -> torch.Tensor:
         """Σ (r̂ − r)² over own training ratings + per-rating L2 on h_u, h_v and the biases (+ the ranking loss).
 
+        `targets`: whose ratings (default the aligned users'; `h_u` rows are that group's users).
         An implicit party has no ratings: no squared error and no rating-bias L2, only the ranking loss
         (weighted by its interactions' weights) and the L2 on h.
         """
-        c, pub, prv = self.config, self.public, self.private
+        t = targets or self._aligned
+        users, items, ratings = t.train
         if self.data.implicit:
             loss = h_u.new_zeros(())
         else:
-            users, items, ratings = self._splits["train"]
-            err = predict(self.public, self.private, h_u, h_v, users, items) - ratings
+            err = predict(self.public, self.private, h_u, h_v, users, items, user_bias=t.user_bias) - ratings
             loss = (err * err).sum()
+        c, prv = self.config, self.private
         ramp = c.reg_factor(self._round or 0)
         if c.reg > 0:
             # on the final representations h (= e^0 for MF) so propagated layers are regularised too
-            loss = loss + ramp * c.reg * ((self._user_counts * h_u.pow(2).sum(1)).sum()
-                                   + (self._item_counts * h_v.pow(2).sum(1)).sum())
-        if c.weight_decay > 0:  # the user half is applied by the coordinator (it holds e_u^0)
-            loss = loss + ramp * c.weight_decay * prv.item_emb.pow(2).sum()
+            loss = loss + ramp * c.reg * ((t.user_counts * h_u.pow(2).sum(1)).sum()
+                                   + (t.item_counts * h_v.pow(2).sum(1)).sum())
+        if c.weight_decay > 0:  # aligned users' e_u^0: the coordinator applies it (it holds them)
+            loss = loss + ramp * c.weight_decay * t.decayed.pow(2).sum()
         if c.reg_bias > 0 and not self.data.implicit:
-            loss = loss + c.reg_bias * ((self._user_counts * pub.user_bias.pow(2)).sum()
-                                        + (self._item_counts * prv.item_bias.pow(2)).sum())
-        if self._rank is not None:
-            loss = loss + c.rank_weight * self._rank_loss(h_u, h_v)
+            loss = loss + c.reg_bias * ((t.user_counts * t.user_bias.pow(2)).sum()
+                                        + (t.item_counts * prv.item_bias.pow(2)).sum())
+        if t.rank is not None:
+            loss = loss + c.rank_weight * self._rank_loss(h_u, h_v, t.rank, ratings)
         return loss
 
-    def _rank_loss(self, h_u: torch.Tensor, h_v: torch.Tensor) -> torch.Tensor:
-        """In-party full softmax over own items: no item id, score or count of this party leaves it."""
-        assert self._rank is not None
-        users, seen, rows, items = self._rank
+    def _rank_loss(self, h_u: torch.Tensor, h_v: torch.Tensor, rank: RankTargets | None = None,
+                   values: torch.Tensor | None = None) -> torch.Tensor:
+        """In-party full softmax over own items: no item id, score or count of this party leaves it.
+
+        `values`: the group's training values in the targets' order (implicit: interaction weights).
+        """
+        targets = rank if rank is not None else self._rank
+        assert targets is not None
+        users, seen, rows, items = targets
         weights = None
         if self.data.implicit:  # interaction weights, scaled to mean 1 so the loss has the unweighted scale
-            w = self._splits["train"][2]
+            w = values if values is not None else self._splits["train"][2]
             weights = w / w.mean()
         return softmax_rank_loss(rank_scores(self.private, h_u.index_select(0, users), h_v), seen, rows, items,
                                  weights)
 
     @torch.no_grad()
-    def _metrics(self, h_u: torch.Tensor, h_v: torch.Tensor) -> dict[str, MetricSums]:
+    def _metrics(self, h_u: torch.Tensor, h_v: torch.Tensor, *, own: bool = False) -> dict[str, MetricSums]:
         if self.data.implicit:  # no ratings to score: pooled RMSE is over the explicit parties only
-            return {name: MetricSums() for name in self._splits}
+            return {name: MetricSums() for name in (self._own_splits if own else self._splits)}
         out = {}
-        for name, (users, items, ratings) in self._splits.items():
-            pred = predict(self.public, self.private, h_u, h_v, users, items)
+        bias = self._own.user_bias if own and self._own is not None else None
+        for name, (users, items, ratings) in (self._own_splits if own else self._splits).items():
+            pred = predict(self.public, self.private, h_u, h_v, users, items, user_bias=bias)
             out[name] = MetricSums(*error_sums(pred.clamp(self.data.rating_min, self.data.rating_max), ratings))
         return out
 
@@ -281,27 +379,72 @@ class PartyTrainer:
 
     # ---- state and serving ----------------------------------------------------------------
     def state_dict(self) -> dict[str, object]:
-        """Private parameters and optimizer state (for resume)."""
-        return {"private": {k: v.detach().clone() for k, v in self.private.state_dict().items()},
-                "optimizer": copy.deepcopy(self.optimizer.state_dict()), "round": self._round}
+        """Private parameters and optimizer state (for resume).
+
+        The private users' rows and optimizer state go under "private_users" with their ids: every
+        tensor there has one row per id (erasure cuts a user's row out of it, `services.party.erasure`).
+        """
+        state: dict[str, object] = {"private": {k: v.detach().clone() for k, v in self.private.state_dict().items()},
+                                    "optimizer": copy.deepcopy(self.optimizer.state_dict()), "round": self._round}
+        if self.own_users is not None and self._own_optimizer is not None:
+            state["private_users"] = {
+                "ids": np.array(self.data.private_user_ids, dtype=str),
+                "rows": {k: v.detach().clone() for k, v in self.own_users.state_dict().items()},
+                "optimizer": copy.deepcopy(self._own_optimizer.state_dict())}
+        return state
 
     def load_state_dict(self, state: dict[str, object]) -> None:
-        """Restore what `state_dict` returned."""
+        """Restore what `state_dict` returned (private user rows by id: a user gone since is dropped, a new one
+        keeps its initial row)."""
         self.private.load_state_dict(state["private"])  # type: ignore[arg-type]
         self.optimizer.load_state_dict(state["optimizer"])  # type: ignore[arg-type]
+        own = state.get("private_users")
+        if isinstance(own, dict) and self.own_users is not None and self._own_optimizer is not None:
+            self._load_own(own)
         self._round = state["round"]  # type: ignore[assignment]
         self._forward = None
 
+    def _load_own(self, own: dict[str, Any]) -> None:
+        """The private users' rows and optimizer state from a checkpoint, matched by id."""
+        assert self.own_users is not None and self._own_optimizer is not None
+        saved = [str(u) for u in np.asarray(own["ids"]).reshape(-1).tolist()]
+        current = self.data.private_user_ids
+        rows, opt = dict(own["rows"]), copy.deepcopy(own["optimizer"])
+        if saved != current:
+            at = {u: k for k, u in enumerate(saved)}
+            pairs = [(k, at[u]) for k, u in enumerate(current) if u in at]
+            new = torch.tensor([a for a, _ in pairs], dtype=torch.int64)
+            old = torch.tensor([b for _, b in pairs], dtype=torch.int64)
+
+            def remap(v: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
+                out = base.detach().clone()
+                out[new] = v[old].to(out.dtype)
+                return out
+
+            params = self.own_users.state_dict()
+            rows = {k: remap(v, params[k]) for k, v in rows.items()}
+            for entry in opt["state"].values():  # moments start at zero for a user new since the checkpoint
+                for k, v in list(entry.items()):
+                    if isinstance(v, torch.Tensor) and v.ndim >= 1 and v.shape[0] == len(saved):
+                        entry[k] = remap(v, torch.zeros((len(current),) + tuple(v.shape[1:]), dtype=v.dtype))
+        self.own_users.load_state_dict(rows)
+        self._own_optimizer.load_state_dict(opt)
+
     def serving_model(self) -> dict[str, np.ndarray]:
-        """Final h_u (all users), h_v (own items) and biases from the latest completed forward."""
+        """Final h_u (aligned users, then the private users), h_v (own items) and biases from the latest
+        completed forward."""
         if self._last is None:
             raise ProtocolError(f"party {self.party_id}: no completed round to serve")
         h_u, h_v = self._last
-        out = {"user_repr": h_u.numpy(), "item_repr": h_v.numpy(), "item_bias": self._last_private["item_bias"],
+        users = h_u.numpy()
+        if self._last_own is not None:  # the private users' rows follow the aligned ones (PartyData's order)
+            users = np.concatenate([users, self._last_own[0].numpy()])
+        out = {"user_repr": users, "item_repr": h_v.numpy(), "item_bias": self._last_private["item_bias"],
                "rating_dim": np.array(self.arch.rating_dim)}
         if "rank_bias" in self._last_private:
             out["rank_bias"] = self._last_private["rank_bias"]
         if self.arch.use_bias:
-            out["user_bias"] = self.public.user_bias.detach().numpy().copy()
+            bias = self.public.user_bias.detach().numpy().copy()
+            out["user_bias"] = bias if self._last_own is None else np.concatenate([bias, self._last_own[1]])
             out["global_bias"] = self.public.global_bias.detach().numpy().copy()
         return out
