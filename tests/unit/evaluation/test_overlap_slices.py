@@ -113,3 +113,14 @@ def test_users_without_a_model_row_get_the_popularity_fallback() -> None:
     assert np.array_equal(placed[rows], model)
     private = np.searchsorted(ev.users, share.private)
     assert np.array_equal(placed[private], np.tile(ev.counts.astype(np.float64), (private.size, 1)))
+
+
+def test_model_rows_are_the_aligned_users_then_the_partys_private_users() -> None:
+    ds = _dataset()
+    shares = ox.overlap_parties(ds, n_parties=2, seed=0, overlap=0.5)
+    datas = ox.federated_data(shares)
+    for p, share in shares.items():
+        assert datas[p].n_users == share.aligned.size
+        assert ox.model_user_ids(share, datas[p]) == [*share.aligned.tolist(), *share.private.tolist()]
+        local = ox.local_data(share)
+        assert local.n_users == share.aligned.size + share.private.size and local.n_private == 0
