@@ -198,6 +198,9 @@ class MergedPrediction(BaseModel):
     rating: float | None
     fallback: str | None = Field(description='"popularity" for a user the party\'s model was not trained on')
     reason: str | None
+    score_kind: Literal["rating", "ranking_score"] | None = Field(
+        None, description="what `rating` holds (status ok): a predicted rating, or the ranking score s(u, v) of an "
+                          "implicit-feedback party (not a rating; PARTY_FEEDBACK=implicit)")
 
 
 class MergedPredictions(BaseModel):

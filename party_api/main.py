@@ -84,7 +84,8 @@ def create_app(settings: PartySettings) -> FastAPI:
         app.state.federation = None if role == "api" else FederationService(
             sessions=sessions, party_id=settings.party_id, rating_min=settings.rating_min,
             rating_max=settings.rating_max, secret=bytes.fromhex(settings.secret) if settings.secret else None,
-            peer_identities=settings.peer_identities, dp_policy=DpPolicy.from_settings(settings))
+            peer_identities=settings.peer_identities, dp_policy=DpPolicy.from_settings(settings),
+            feedback=settings.feedback)
         cache_class = NoServing if role == "federation" else ModelCache
         app.state.model_cache = cache = cache_class(sessions=sessions, refresh_s=settings.serving_refresh_s,
                                                     on_load=lambda snap: model_version.set(snap.version))

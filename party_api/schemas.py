@@ -53,17 +53,21 @@ MAX_JSON_ROWS = 50_000
 
 
 class InteractionCreate(BaseModel):
-    """One rating; user and item are external ids."""
+    """One interaction; user and item are external ids. An explicit party needs `rating` (on its scale);
+    an implicit party (PARTY_FEEDBACK=implicit) takes an optional positive `weight` (default 1)."""
 
     model_config = ConfigDict(extra="forbid")
     user_id: ExternalId
     item_id: ExternalId
-    rating: float
+    rating: float | None = Field(None, description="the rating (explicit parties: required, on the party's scale; "
+                                                   "implicit parties read it as the weight)")
+    weight: float | None = Field(None, description="implicit parties only: the interaction's weight (a count, "
+                                                   "plays, ...), positive and finite; default 1")
     timestamp: Timestamp | None = None
 
 
 class InteractionBatchCreate(BaseModel):
-    """A JSON batch of ratings, stored atomically."""
+    """A JSON batch of ratings (or, at an implicit party, interactions), stored atomically."""
 
     model_config = ConfigDict(extra="forbid")
     rows: list[InteractionCreate] = Field(min_length=1, max_length=MAX_JSON_ROWS)
@@ -265,11 +269,13 @@ class PredictionRequest(BaseModel):
 
 
 class PredictionOut(BaseModel):
-    """A predicted rating; `fallback` is "popularity" for a user the model was not trained on."""
+    """A predicted rating (or ranking score, see `score_kind`); `fallback` is "popularity" for a user the model was
+    not trained on."""
 
     user_id: str
     item_id: str
-    rating: float
+    rating: float = Field(description="the predicted rating, clipped to the party's scale; at an implicit-feedback "
+                                      "party the ranking score s(u, v) instead (score_kind ranking_score)")
     fallback: str | None
 
 
@@ -288,6 +294,10 @@ class PredictionResponse(BaseModel):
                                        description="pairs with an id this party does not know (`unknown=skip` only)")
     release_id: str | None = Field(None, description="the coordinator release answering (null: a model published "
                                                      "without one)")
+    score_kind: Literal["rating", "ranking_score"] = Field(
+        "rating", description="what `rating` holds: a predicted rating (explicit feedback), or the ranking score "
+                              "s(u, v) = h_u·h_v + c_v of an implicit-feedback party (unbounded, higher is better, "
+                              "not a rating)")
 
 
 class RecommendedItem(BaseModel):

@@ -127,6 +127,9 @@ class PartySettings(GuardSettings):
     data_dir: Path = Path("./var/party")
     rating_min: float = 1.0
     rating_max: float = 5.0
+    # explicit: rows are ratings on [rating_min, rating_max]; implicit: rows are interactions with an
+    # optional positive weight (default 1), trained with the ranking objective only (docs/data.md).
+    feedback: Literal["explicit", "implicit"] = "explicit"
     # Secrets: no working default outside dev mode (validated below).
     dev_mode: bool = False
     admin_token: str | None = None

@@ -65,6 +65,7 @@ async def _bulk(
                 rating_min=settings.rating_min,
                 rating_max=settings.rating_max,
                 batch_rows=settings.ingest_batch_rows,
+                feedback=settings.feedback,
             )
 
     return await consume_in_thread(request, work)
@@ -74,13 +75,14 @@ async def _bulk(
 def add_interactions(
     body: InteractionBatchCreate, session: SessionDep, settings: SettingsDep
 ) -> IngestReport:
-    """Store a JSON batch of ratings atomically (a re-rating updates the stored one)."""
+    """Store a JSON batch of ratings (an implicit party: interactions) atomically; a repeated pair updates it."""
     return ingest.ingest_records(
         session=session,
-        records=[r.model_dump() for r in body.rows],
+        records=[r.model_dump(exclude_none=True) for r in body.rows],  # an absent value is "not sent"
         kind="interactions",
         rating_min=settings.rating_min,
         rating_max=settings.rating_max,
+        feedback=settings.feedback,
     )
 
 
@@ -96,7 +98,10 @@ async def bulk_interactions(
     settings: SettingsDep,
     content_type: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> IngestReport:
-    """Stream a CSV/NDJSON upload of ratings (user_id,item_id,rating[,timestamp]); all or nothing."""
+    """Stream a CSV/NDJSON upload of ratings (user_id,item_id,rating[,timestamp]); all or nothing.
+
+    At an implicit party (PARTY_FEEDBACK=implicit) rows are interactions: user_id,item_id[,weight][,timestamp].
+    """
     return await _bulk(request, factory, settings, "interactions", content_type)
 
 

@@ -49,14 +49,19 @@ UnknownQuery = Annotated[Literal["error", "skip"], Query(
 @router.post("/predictions", response_model=PredictionResponse, openapi_extra=body_class("predictions"))
 async def predict(body: PredictionRequest, cache: CacheDep, unknown: UnknownQuery = "error",
                   release: ReleaseQuery = None) -> dict[str, Any]:
-    """Predicted ratings for a batch of (user, item) pairs from the served model (the active release's)."""
+    """Predicted ratings for a batch of (user, item) pairs from the served model (the active release's).
+
+    At an implicit-feedback party (PARTY_FEEDBACK=implicit) the value is not a rating but the ranking score
+    s(u, v) = h_u·h_v + c_v that its top-K ranks by (unbounded; higher is better); `score_kind` says which.
+    """
     pairs = [(p.user_id, p.item_id) for p in body.pairs]
 
     def work() -> dict[str, Any]:
         snap = _snapshot(cache, release)
         if unknown == "skip":
             return serving.predict_known(snapshot=snap, pairs=pairs)
-        return {"predictions": serving.predict(snapshot=snap, pairs=pairs), "release_id": snap.release_id}
+        return {"predictions": serving.predict(snapshot=snap, pairs=pairs), "release_id": snap.release_id,
+                "score_kind": snap.model.score_kind}
     return await cache.run(work)
 
 

@@ -200,7 +200,7 @@ def merge_predictions(pairs: list[tuple[str, str, str]], rows: dict[str, list[in
     """One entry per requested pair, in request order: "ok", "unknown" (to its party) or "unavailable"."""
     out: list[dict[str, Any]] = [
         {"user_id": u, "item_id": i, "party_id": p, "status": "unavailable", "rating": None, "fallback": None,
-         "reason": None} for u, i, p in pairs]
+         "reason": None, "score_kind": None} for u, i, p in pairs]
     for pid, body in answers.items():
         if isinstance(body, str):  # the party answered, but refused (e.g. no model published yet)
             failures[pid] = body
@@ -213,7 +213,8 @@ def merge_predictions(pairs: list[tuple[str, str, str]], rows: dict[str, list[in
                 out[r].update(status="unknown", reason=f"unknown_{skipped[local].removesuffix('_id')}")
             else:
                 got = next(known)
-                out[r].update(status="ok", rating=float(got["rating"]), fallback=got["fallback"])
+                out[r].update(status="ok", rating=float(got["rating"]), fallback=got["fallback"],
+                              score_kind=body.get("score_kind", "rating"))
     for pid, reason in failures.items():
         for r in rows[pid]:
             out[r]["reason"] = reason

@@ -369,8 +369,12 @@ class RunManager:
 
     @staticmethod
     def _stalled(history: list[Any], patience: int) -> bool:
-        """Early stopping: `patience` rounds without a better validation RMSE (as the harness does)."""
-        valid = [(r.metrics["valid_rmse"], r.round_index) for r in history if "valid_rmse" in r.metrics]
+        """Early stopping: `patience` rounds without a better validation RMSE (as the harness does).
+
+        Rounds without one (nan: no validation ratings, e.g. only implicit-feedback parties) never stop a run.
+        """
+        valid = [(r.metrics["valid_rmse"], r.round_index) for r in history
+                 if math.isfinite(r.metrics.get("valid_rmse", math.nan))]
         return bool(valid) and valid[-1][1] - min(valid)[1] >= patience
 
     def _publish(self, run_id: str, party_ids: list[str], counter: TrafficCounter) -> None:

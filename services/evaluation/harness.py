@@ -99,13 +99,15 @@ def merge_parties(fed: Federation) -> PartyData:
                              np.concatenate([t.items + offsets[k] for k, t in enumerate(parts)]),
                              np.concatenate([t.ratings for t in parts]))
     first = fed.parties[0]
+    if len({p.feedback for p in fed.parties}) > 1:
+        raise ValueError("explicit and implicit parties cannot be merged into one party")
     return PartyData("central", fed.n_users, int(offsets[-1]), int(offsets[-1]), cat("train"), cat("valid"),
-                     cat("test"), first.rating_min, first.rating_max)
+                     cat("test"), first.rating_min, first.rating_max, feedback=first.feedback)
 
 
 def alone(data: PartyData) -> PartyData:
     """The party as if it were the whole federation (local-only training): its private users become
-    ordinary users (same indices), every one of them trained by the one model."""
+    ordinary users (same indices), every one of them trained by the one model (its feedback kind kept)."""
     return replace(data, n_users=data.n_users + data.n_private, total_items=data.n_items, private_user_ids=[])
 
 

@@ -21,7 +21,7 @@ from services.errors import PolicyRefused
 
 @dataclass(frozen=True)
 class DpPolicy:
-    """PARTY_DP_MIN_EPSILON and PARTY_DP_MAX_RELEASED, and the party's number of rating levels."""
+    """PARTY_DP_MIN_EPSILON and PARTY_DP_MAX_RELEASED, and the party's number of rating levels (implicit: 1)."""
 
     min_epsilon: float
     max_released: int
@@ -30,8 +30,8 @@ class DpPolicy:
     @classmethod
     def from_settings(cls, settings: PartySettings) -> DpPolicy:
         """The policy a party's settings state (its rating scale gives the number of levels)."""
-        return cls(min_epsilon=settings.dp_min_epsilon, max_released=settings.dp_max_released,
-                   levels=len(rating_levels(settings.rating_min, settings.rating_max)))
+        levels = 1 if settings.feedback == "implicit" else len(rating_levels(settings.rating_min, settings.rating_max))
+        return cls(min_epsilon=settings.dp_min_epsilon, max_released=settings.dp_max_released, levels=levels)
 
 
 def check_dp_request(*, policy: DpPolicy | None, epsilon: float | None, session: Session, n_users: int,

@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import ValidationError
@@ -68,8 +68,9 @@ class FederationService:
 
     def __init__(self, *, sessions: sessionmaker[Session], party_id: str, rating_min: float,
                  rating_max: float, secret: bytes | None = None, peer_identities: Mapping[str, str] | None = None,
-                 dp_policy: DpPolicy | None = None) -> None:
+                 dp_policy: DpPolicy | None = None, feedback: Literal["explicit", "implicit"] = "explicit") -> None:
         self.sessions = sessions
+        self.feedback = feedback
         self.party_id = party_id
         self._secret = secret
         self.peer_identities = dict(peer_identities or {})
@@ -230,7 +231,7 @@ class FederationService:
         run.data = run.plan.load(config=run.config, party_id=self.party_id, table=table, user_order=run.user_order,
                                  item_order=run.item_order, total_items=total_items,
                                  rating_range=(self.rating_min, self.rating_max),
-                                 local_seed=run.secagg.derived_seed("local", run.seed))
+                                 local_seed=run.secagg.derived_seed("local", run.seed), feedback=self.feedback)
         return run.data
 
     def start(self, *, run_id: str, request: StartRequest) -> StartResponse:
@@ -377,5 +378,5 @@ class FederationService:
                 global_bias=float(np.asarray(sm.get("global_bias", 0.0)).reshape(-1)[0]),
                 rating_min=self.rating_min, rating_max=self.rating_max,
                 rank_bias=np.asarray(sm["rank_bias"], np.float32).reshape(m) if "rank_bias" in sm else None,
-                rating_dim=int(sm.get("rating_dim", 0)))
+                rating_dim=int(sm.get("rating_dim", 0)), feedback=str(getattr(run.data, "feedback", "explicit")))
             return publish(session=session, model=model, release_id=release_id)

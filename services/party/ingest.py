@@ -18,6 +18,7 @@ from services.db.session import is_write_conflict
 from services.errors import Conflict, ValidationFailed
 from services.party.serving import mark_changed
 from services.party.validation import (
+    IMPLICIT_INTERACTIONS,
     INTERACTIONS,
     SOCIAL_LINKS,
     Batch,
@@ -39,6 +40,7 @@ class _Vanished(Exception):
 
 Kind = Literal["interactions", "social_links"]
 Format = Literal["csv", "ndjson"]
+Feedback = Literal["explicit", "implicit"]
 ID_LOOKUP_CHUNK = 5_000
 
 
@@ -222,7 +224,7 @@ class _Loader:
         self.errors = ErrorLog()
         self.writer: _Writer | None = None
         self.left = _IdMap(User.__table__)  # type: ignore[arg-type]
-        right_table = Item.__table__ if spec is INTERACTIONS else User.__table__
+        right_table = Item.__table__ if spec.kind == "interactions" else User.__table__
         self.right = self.left if spec is SOCIAL_LINKS else _IdMap(right_table)  # type: ignore[arg-type]
         self.pairs = _PairGuard()
         self.rows = 0
@@ -231,7 +233,9 @@ class _Loader:
         """Validate one batch and, while the request is still clean, write it."""
         if not len(batch):
             return
-        check_values(batch, self.spec, low=self.low, high=self.high, errors=self.errors)
+        # an implicit party's weights must be positive (0 would be "no interaction")
+        check_values(batch, self.spec, low=self.low, high=self.high, errors=self.errors,
+                     low_open=self.spec is IMPLICIT_INTERACTIONS)
         left, right = self.left.encode(batch.left), self.right.encode(batch.right)
         if self.spec is SOCIAL_LINKS:
             for k in np.flatnonzero(left == right)[: self.errors.limit].tolist():
@@ -247,7 +251,7 @@ class _Loader:
         # Writing in unique-key order turns random B-tree inserts into near-sequential ones.
         order = np.argsort((left_db << 32) | right_db, kind="stable")
         ids = [left_db[order].tolist(), right_db[order].tolist(), batch.values[order].tolist()]
-        if self.spec is INTERACTIONS:
+        if self.spec.kind == "interactions":
             stamps: Iterable[int | None] = repeat(None, len(batch))
             if batch.timestamps is not None:
                 stamps = [batch.timestamps[k] for k in order.tolist()]
@@ -268,13 +272,15 @@ class _Loader:
         )
 
 
-def _spec(kind: Kind) -> RowSpec:
-    return INTERACTIONS if kind == "interactions" else SOCIAL_LINKS
+def _spec(kind: Kind, feedback: Feedback) -> RowSpec:
+    if kind == "social_links":
+        return SOCIAL_LINKS
+    return IMPLICIT_INTERACTIONS if feedback == "implicit" else INTERACTIONS
 
 
-def _bounds(kind: Kind, rating_min: float, rating_max: float) -> tuple[float | None, float | None]:
-    """Ratings must lie on the party's scale; link weights must be non-negative."""
-    return (rating_min, rating_max) if kind == "interactions" else (0.0, None)
+def _bounds(spec: RowSpec, rating_min: float, rating_max: float) -> tuple[float | None, float | None]:
+    """Ratings must lie on the party's scale; interaction weights must be positive, link weights non-negative."""
+    return (rating_min, rating_max) if spec is INTERACTIONS else (0.0, None)
 
 
 def _run(session: Session, loader: _Loader, batches: Iterator[Batch]) -> IngestReport:
@@ -314,10 +320,11 @@ def ingest_stream(
     rating_min: float,
     rating_max: float,
     batch_rows: int = 50_000,
+    feedback: Feedback = "explicit",
 ) -> IngestReport:
     """Stream-parse a CSV/NDJSON body and store it atomically (422 naming rows if any is bad)."""
-    spec = _spec(kind)
-    loader = _Loader(session, spec, *_bounds(kind, rating_min, rating_max))
+    spec = _spec(kind, feedback)
+    loader = _Loader(session, spec, *_bounds(spec, rating_min, rating_max))
     text = io.TextIOWrapper(body, encoding="utf-8-sig", newline="")
     parse = csv_batches if fmt == "csv" else ndjson_batches
     batches = parse(text, spec, batch_rows=batch_rows, errors=loader.errors)
@@ -339,9 +346,10 @@ def ingest_records(
     kind: Kind,
     rating_min: float,
     rating_max: float,
+    feedback: Feedback = "explicit",
 ) -> IngestReport:
     """Store a JSON batch of row objects atomically."""
-    spec = _spec(kind)
-    loader = _Loader(session, spec, *_bounds(kind, rating_min, rating_max))
+    spec = _spec(kind, feedback)
+    loader = _Loader(session, spec, *_bounds(spec, rating_min, rating_max))
     batch = records_batch(records, spec, errors=loader.errors)
     return _run(session, loader, iter([batch]))

@@ -49,6 +49,7 @@ class ServingModel:
     rating_max: float
     rank_bias: np.ndarray | None = None  # float32 (M,): c_v of a model trained with the ranking objective
     rating_dim: int = 0  # leading coordinates of h that the rating uses (0: all of them)
+    feedback: str = "explicit"  # implicit: the party trained the ranking objective only, it has no ratings
 
     def to_bytes(self) -> bytes:
         """Artifact bytes (npz, no pickle)."""
@@ -62,9 +63,20 @@ class ServingModel:
             tree["rating_dim"] = int(tree["rating_dim"])
         return ServingModel(**tree)
 
+    @property
+    def score_kind(self) -> str:
+        """What `scores` answers: "rating" (explicit feedback) or "ranking_score" (implicit: s(u, v), not a rating)."""
+        return "ranking_score" if self.feedback == "implicit" else "rating"
+
     # The score functions: the only place serving decides what a score is.
     def scores(self, users: np.ndarray, items: np.ndarray) -> np.ndarray:
-        """r̂ = μ + b_u + b_v + h_u·h_v for parallel index arrays, clipped to the rating range."""
+        """r̂ = μ + b_u + b_v + h_u·h_v for parallel index arrays, clipped to the rating range.
+
+        An implicit party's model has no rating: its answer is the ranking score s(u, v) = h_u·h_v + c_v
+        (every coordinate, unclipped), the score its top-K ranks by.
+        """
+        if self.feedback == "implicit":
+            return np.einsum("nd,nd->n", self.h_u[users], self.h_v[items]) + self._item_prior(items)
         d = self.rating_dim or self.h_u.shape[1]
         raw = (self.global_bias + self.user_bias[users] + self.item_bias[items]
                + np.einsum("nd,nd->n", self.h_u[users, :d], self.h_v[items, :d]))
@@ -89,8 +101,14 @@ class ServingModel:
             vector[-2:] = (1.0, self.global_bias + float(self.user_bias[user]))
         return matrix @ vector
 
+    def _item_prior(self, items: np.ndarray) -> np.ndarray:
+        """c_v of the ranking score (0 without one)."""
+        return np.zeros(len(items)) if self.rank_bias is None else self.rank_bias[items].astype(np.float64)
+
     def cold_scores(self, items: np.ndarray) -> np.ndarray:
         """Bias-only estimate for a user without h_u (rated after training): the item's popularity prior."""
+        if self.feedback == "implicit":  # the ranking score's item term c_v
+            return self._item_prior(items)
         return np.clip(self.global_bias + self.item_bias[items].astype(np.float64), self.rating_min, self.rating_max)
 
     @cached_property
@@ -311,7 +329,8 @@ def _indexes(snap: Snapshot, pairs: list[tuple[str, str]]) -> tuple[np.ndarray, 
 
 
 def predict(*, snapshot: Snapshot, pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
-    """Predicted ratings for (user, item) pairs; unknown ids → 404 naming the first bad row, cold users → fallback."""
+    """Predicted ratings (implicit party: ranking scores) for (user, item) pairs; unknown ids → 404 naming the
+    first bad row, cold users → fallback."""
     items, rows = _indexes(snapshot, pairs)
     bad = np.flatnonzero((items < 0) | (rows < 0))
     if len(bad):
@@ -333,4 +352,4 @@ def predict_known(*, snapshot: Snapshot, pairs: list[tuple[str, str]]) -> dict[s
     skipped = [{"row": r, "field": "item_id" if items[r] < 0 else "user_id"} for r in np.flatnonzero(~known).tolist()]
     keep = np.flatnonzero(known)
     return {"predictions": _ratings(snapshot, [pairs[r] for r in keep.tolist()], items[keep], rows[keep]),
-            "skipped": skipped, "release_id": snapshot.release_id}
+            "skipped": skipped, "release_id": snapshot.release_id, "score_kind": snapshot.model.score_kind}

@@ -32,9 +32,13 @@ class RowSpec:
     value: str
     value_default: float | None  # None: the value column is required
     timestamp: str | None
+    value_alias: str | None = None  # another name the value column may carry (never both in one row)
 
 
 INTERACTIONS = RowSpec("interactions", "user_id", "item_id", "rating", None, "timestamp")
+# An implicit-feedback party: each row an interaction with an optional weight (count, plays, ...). A
+# `rating` column is read as the weight, so interaction files written with rating 1.0 ingest unchanged.
+IMPLICIT_INTERACTIONS = RowSpec("interactions", "user_id", "item_id", "weight", 1.0, "timestamp", "rating")
 SOCIAL_LINKS = RowSpec("social_links", "src_user_id", "dst_user_id", "weight", 1.0, None)
 
 
@@ -99,7 +103,8 @@ class Batch:
 
 def check_header(spec: RowSpec, header: Sequence[str], errors: ErrorLog) -> dict[str, int]:
     """Map column names to positions; unknown, duplicate or missing columns are header errors."""
-    allowed = [spec.left, spec.right, spec.value] + ([spec.timestamp] if spec.timestamp else [])
+    allowed = ([spec.left, spec.right, spec.value] + ([spec.value_alias] if spec.value_alias else [])
+               + ([spec.timestamp] if spec.timestamp else []))
     positions: dict[str, int] = {}
     for pos, name in enumerate(header):
         if name not in allowed:
@@ -107,6 +112,11 @@ def check_header(spec: RowSpec, header: Sequence[str], errors: ErrorLog) -> dict
         elif name in positions:
             errors.add(0, name, f"duplicate column {name!r}")
         positions[name] = pos
+    if spec.value_alias and spec.value_alias in positions:
+        if spec.value in positions:
+            errors.add(0, spec.value_alias, f"columns {spec.value!r} and {spec.value_alias!r} are the same value "
+                                            "here; send one of them")
+        positions[spec.value] = positions.pop(spec.value_alias)
     required = [spec.left, spec.right] + ([spec.value] if spec.value_default is None else [])
     for name in required:
         if name not in positions:
@@ -312,7 +322,8 @@ def records_batch(
     records: Sequence[Any], spec: RowSpec, *, errors: ErrorLog, first: int = 1
 ) -> Batch:
     """Columns from dict records (NDJSON lines or a JSON batch); bad records are reported."""
-    allowed = {spec.left, spec.right, spec.value} | ({spec.timestamp} if spec.timestamp else set())
+    allowed = ({spec.left, spec.right, spec.value} | ({spec.timestamp} if spec.timestamp else set())
+               | ({spec.value_alias} if spec.value_alias else set()))
     required = {spec.left, spec.right} | ({spec.value} if spec.value_default is None else set())
     left: list[str] = []
     right: list[str] = []
@@ -359,9 +370,16 @@ def _record(
             errors.add(row, name, "must be a string or an integer")
             return None
         ids.append(str(value))
-    value = rec.get(spec.value, spec.value_default)
+    name = spec.value
+    if spec.value_alias and spec.value_alias in rec:
+        if spec.value in rec:
+            errors.add(row, spec.value_alias, f"{spec.value!r} and {spec.value_alias!r} are the same value here; "
+                                              "send one of them")
+            return None
+        name = spec.value_alias
+    value = rec.get(name, spec.value_default)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        errors.add(row, spec.value, "must be a number")
+        errors.add(row, name, "must be a number")
         return None
     stamp = rec.get(spec.timestamp) if spec.timestamp else None
     if stamp is not None and (isinstance(stamp, bool) or not isinstance(stamp, int)
@@ -372,19 +390,20 @@ def _record(
 
 
 def check_values(
-    batch: Batch, spec: RowSpec, *, low: float | None, high: float | None, errors: ErrorLog
+    batch: Batch, spec: RowSpec, *, low: float | None, high: float | None, errors: ErrorLog,
+    low_open: bool = False,
 ) -> None:
-    """Range-check values (NaN and infinities fail) and ids (non-empty, bounded length)."""
+    """Range-check values (NaN and infinities fail; `low_open`: low itself fails) and ids (non-empty, bounded)."""
     v = batch.values
     ok = np.isfinite(v)
     if low is not None:
-        ok &= v >= low
+        ok &= v > low if low_open else v >= low
     if high is not None:
         ok &= v <= high
     if batch.bad is not None:
         ok |= batch.bad  # already reported as unparseable
     if not ok.all():
-        bounds = f"[{low}, {'inf' if high is None else high}]"
+        bounds = f"{'(' if low_open else '['}{low}, {'inf' if high is None else high}]"
         for k in np.flatnonzero(~ok)[: errors.limit].tolist():
             errors.add(int(batch.rows[k]), spec.value, f"{v[k]} outside {bounds}")
     for name, col in ((spec.left, batch.left), (spec.right, batch.right)):

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Literal
 
 import numpy as np
 import pytest
 
 from services.errors import PolicyRefused, ProtocolError
+from services.evaluation.harness import Federation, alone, merge_parties
 from services.federation.plan import RatingTable
 from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.coordinator import CoordinatorTrainer
@@ -95,10 +97,24 @@ def test_implicit_party_refuses_a_run_without_the_ranking_objective() -> None:
         PartyTrainer(config=rating_only, data=_implicit(), seed=0)
     table = RatingTable(np.array(["u1", "u2"], dtype=object), np.array(["a", "b"], dtype=object),
                         np.ones(2, np.float32), np.zeros(2, np.int8))
-    args = dict(party_id="p", table=table, user_order=["u1", "u2"], item_order=["a", "b"], total_items=2,
-                rating_range=(1.0, 5.0), local_seed=1)
+
+    def load(config: TrainConfig, feedback: Literal["explicit", "implicit"]) -> PartyData:
+        return load_party_data(config=config, party_id="p", table=table, user_order=["u1", "u2"],
+                               item_order=["a", "b"], total_items=2, rating_range=(1.0, 5.0), local_seed=1,
+                               feedback=feedback)
+
     with pytest.raises(PolicyRefused, match="rank_weight") as err:
-        load_party_data(config=rating_only, feedback="implicit", **args)  # type: ignore[arg-type]
+        load(rating_only, "implicit")
     assert err.value.extra["field"] == "config.rank_weight"
-    assert load_party_data(config=rating_only, **args).feedback == "explicit"  # type: ignore[arg-type]
-    assert load_party_data(config=CFG, feedback="implicit", **args).implicit  # type: ignore[arg-type]
+    assert load(rating_only, "explicit").feedback == "explicit"
+    assert load(CFG, "implicit").implicit
+
+
+def test_the_in_process_harness_keeps_the_feedback_kind() -> None:
+    explicit, implicit = tiny_parties()
+    implicit = replace(implicit, feedback="implicit")
+    assert alone(implicit).implicit and not alone(explicit).implicit
+    both = Federation([replace(explicit, feedback="implicit"), implicit], explicit.n_users, 0.0)
+    assert merge_parties(both).implicit
+    with pytest.raises(ValueError, match="cannot be merged"):
+        merge_parties(Federation([explicit, implicit], explicit.n_users, 3.0))
