@@ -15,15 +15,7 @@ from services.data.csv import write_links_csv, write_ratings_csv
 from services.data.formats import FORMATS, detect_format, load_all
 from services.data.movielens import read_ml1m_genres, read_ml100k_genres
 from services.data.parsing import DataFormatError, concat_ratings
-from services.data.splits import (
-    genre_split,
-    implicit_feedback,
-    keep_users,
-    primary_genre_groups,
-    split_by_party,
-    user_overlap,
-    vertical_split,
-)
+from services.data.splits import assign_parties, implicit_feedback, keep_users, split_by_party
 from services.data.synthetic import generate
 from services.data.types import Dataset
 
@@ -70,17 +62,9 @@ def _write_parties(
         whole = implicit_feedback(whole, implicit)
     full = Dataset(ds.name, whole, whole.subset(np.zeros(0, dtype=np.int64)), None)
     items = np.unique(whole.item_ids)
-    # One generator, items first: a default split (random items, overlap 1) draws exactly what it always did.
-    rng = np.random.default_rng(seed)
-    owner: dict[str, int] | None = None
     try:
-        if genres is None:
-            parties = vertical_split(items, n_parties, rng, shares=shares)
-        else:
-            if shares is not None:
-                raise ValueError("--shares applies to --by random only (genre groups are balanced by item count)")
-            parties, owner = genre_split(primary_genre_groups(genres, items), n_parties, rng)
-        users = user_overlap(np.unique(whole.user_ids), n_parties, rng, overlap=overlap)
+        parties, users, owner = assign_parties(items, np.unique(whole.user_ids), n_parties, seed=seed, shares=shares,
+                                               overlap=overlap, genres=genres)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     out.mkdir(parents=True, exist_ok=True)

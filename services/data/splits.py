@@ -221,3 +221,29 @@ def implicit_feedback(ratings: Ratings, threshold: float) -> Ratings:
     """Ratings at or above `threshold` become interactions of value 1.0; the rest are dropped."""
     keep = ratings.subset(ratings.ratings >= threshold)
     return Ratings(keep.user_ids, keep.item_ids, np.ones(len(keep), dtype=np.float32), keep.timestamps)
+
+
+def assign_parties(
+    items: np.ndarray,
+    users: np.ndarray,
+    n_parties: int,
+    *,
+    seed: int,
+    shares: Sequence[float] | None = None,
+    overlap: float = 1.0,
+    genres: dict[str, str] | None = None,
+) -> tuple[list[np.ndarray], list[np.ndarray], dict[str, int] | None]:
+    """Items (at random, or whole primary-genre groups when `genres`) then users (`overlap`) to parties.
+
+    Returns (items per party, users per party, genre → party or None). One generator, items first:
+    a default split (random items, overlap 1) draws exactly what `vertical_split` alone draws.
+    """
+    rng = np.random.default_rng(seed)
+    owner: dict[str, int] | None = None
+    if genres is None:
+        parties = vertical_split(items, n_parties, rng, shares=shares)
+    else:
+        if shares is not None:
+            raise ValueError("--shares applies to --by random only (genre groups are balanced by item count)")
+        parties, owner = genre_split(primary_genre_groups(genres, items), n_parties, rng)
+    return parties, user_overlap(users, n_parties, rng, overlap=overlap), owner

@@ -7,7 +7,7 @@ order). "Training" for the candidate rule is train ∪ validation (SPEC §5: wha
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -133,7 +133,8 @@ class RankedRun:
 def train_ranked(parties: Mapping[str, PartyData], *, config: TrainConfig, protocol: str,
                  global_mean: float | None = None, secrets: Mapping[str, bytes] | None = None,
                  on_round: RoundCallback | None = None,
-                 on_model: Callable[[int, dict[str, np.ndarray]], None] | None = None) -> RankedRun:
+                 on_model: Callable[[int, dict[str, np.ndarray]], None] | None = None,
+                 valid_loss: Callable[[dict[str, np.ndarray]], float] | None = None) -> RankedRun:
     """Train VerFedGNN in-process with early stopping, keeping the best round's serving arrays.
 
     Two or more parties are a federation, built exactly as the HTTP parties build theirs
@@ -142,7 +143,9 @@ def train_ranked(parties: Mapping[str, PartyData], *, config: TrainConfig, proto
     coordinator's global mean), so the served model is the harness's model. Per-party figures are
     each party's own (`own_metrics`). One party (alone, or every item centralized) trains with the
     plain construction and `global_mean` (default: its own training mean). `on_model(t, scores)`
-    gets every round's per-party ranking scores (for figures over rounds).
+    gets every round's per-party ranking scores (for figures over rounds). `valid_loss(scores)`, when
+    given, replaces the validation RMSE that early stopping watches (lower is better): for parties
+    that report no rating errors (implicit feedback), e.g. 1 − validation NDCG.
     """
     fed: InProcessFederation
     if len(parties) > 1:
@@ -164,8 +167,12 @@ def train_ranked(parties: Mapping[str, PartyData], *, config: TrainConfig, proto
 
     def run_round(t: int) -> RoundMetrics:
         m = own_metrics(fed.run_round(t), trainers)
-        if on_model is not None:
-            on_model(t, {p: party_scores(tr.serving_model()) for p, tr in trainers.items()})
+        if on_model is not None or valid_loss is not None:
+            scores = {p: party_scores(tr.serving_model()) for p, tr in trainers.items()}
+            if on_model is not None:
+                on_model(t, scores)
+            if valid_loss is not None:
+                m = replace(m, rmse={**m.rmse, "valid": valid_loss(scores)})
         return m
 
     result = train_rounds(run_round, config=config, protocol=protocol, on_round=on_round,
