@@ -13,6 +13,7 @@ from services.party import fed_store
 from services.party.serving import ARTIFACT_NAME, STAGED_PREFIX, ServingModel, publish
 from services.protocol import PROTOCOL_VERSION
 from services.protocol.federation import pack_tree
+from services.verfedgnn.state_codec import dump_state
 from tests.support.party import ADMIN, API_KEY, COORDINATOR, Party
 
 COORD = {"Authorization": f"Bearer {COORDINATOR}", "X-Fedrec-Protocol": PROTOCOL_VERSION}
@@ -33,7 +34,8 @@ def _stage(party: Party, n: int) -> None:
     with Session(party.engine) as session:
         for k in range(1, n + 1):
             publish(session=session, model=_model(f"r{k}"), release_id=f"rel-{k}")
-            fed_store.put_artifact(session=session, name=f"trainer:r{k}", kind="trainer_state", payload=b"t")
+            fed_store.put_artifact(session=session, name=f"trainer:r{k}", kind="trainer_state",
+                                   payload=dump_state({"round": k}))  # a real snapshot's encoding: erasure reads it
             fed_store.put_artifact(session=session, name=f"alignment:r{k}", kind="alignment",
                                    payload=pack_tree({"user_ids": np.array(["u1", "u2", "u3"])}))
             fed_store.put_state(session=session, key=f"run:r{k}", value={"seed": k})
