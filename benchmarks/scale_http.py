@@ -26,7 +26,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -39,6 +38,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.scale import TimedLink
+from benchmarks.serving import drop_schema as pg_drop
+from benchmarks.serving import postgres_schema as pg_schema
 from cli.localfed import ADMIN, API_KEY, CoordinatorClient, Proc, coordinator_proc, party_proc
 from services.data.synthetic import generate
 from services.verfedgnn.config import TrainConfig
@@ -174,24 +175,6 @@ class PeakWatcher:
     def gb(self, name: str) -> float:
         """The largest peak of any single process of the service, GB (GiB)."""
         return max(self.peak[name].values(), default=0) / 1024 / 1024
-
-
-def pg_schema(base_url: str) -> tuple[str, str]:
-    """A fresh PostgreSQL schema and a URL whose search_path is it."""
-    import psycopg
-
-    schema = f"bench_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(base_url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as con:
-        con.execute(f'CREATE SCHEMA "{schema}"')
-    return schema, f"{base_url}?options=-csearch_path%3D{schema}"
-
-
-def pg_drop(base_url: str, schema: str) -> None:
-    """Drop a benchmark schema."""
-    import psycopg
-
-    with psycopg.connect(base_url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as con:
-        con.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
 # ---- the steps -----------------------------------------------------------------------------------
