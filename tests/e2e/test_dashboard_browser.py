@@ -12,6 +12,7 @@ import httpx
 import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -19,6 +20,10 @@ from cli.localfed import ADMIN
 from tests.support.federation import TINY_CONFIG, federation
 
 ROUNDS = 12
+
+
+# the pages re-render their tables while runs train: an element found a moment ago may be gone, so look again
+REFRESHED = (StaleElementReferenceException,)
 
 
 def _browser() -> webdriver.Chrome:
@@ -51,7 +56,7 @@ def test_dashboard_shows_the_run_while_it_trains(tmp_path: Path) -> None:
             browser.get(f"{fed.coordinator.url}/dashboard/runs/{run['run_id']}#token={ADMIN}")
             assert run["run_id"] in browser.title
             counter = browser.find_element(By.ID, "round-counter")
-            wait = WebDriverWait(browser, 120, poll_frequency=0.1)
+            wait = WebDriverWait(browser, 120, poll_frequency=0.1, ignored_exceptions=REFRESHED)
             wait.until(lambda _: re.fullmatch(rf"[1-9]\d* / {ROUNDS}", counter.text))
             during = int(counter.text.split(" / ")[0])
             seen_state = browser.find_element(By.ID, "state").text
@@ -94,7 +99,7 @@ def test_index_lists_runs_and_links_to_their_pages(tmp_path: Path) -> None:
         plain = fed.client.create_run(rounds=4, min_parties=2, seed=0, config=TINY_CONFIG)
         browser = _browser()
         try:
-            wait = WebDriverWait(browser, 120, poll_frequency=0.1)
+            wait = WebDriverWait(browser, 120, poll_frequency=0.1, ignored_exceptions=REFRESHED)
             browser.get(f"{base}/dashboard#token=not-the-admin-token")
             wait.until(lambda _: "HTTP 401" in browser.find_element(By.ID, "status").text
                        or "HTTP 403" in browser.find_element(By.ID, "status").text)
@@ -144,7 +149,7 @@ def test_index_lists_releases_and_activates_one(tmp_path: Path) -> None:
         browser = _browser()
         try:
             browser.get(f"{fed.coordinator.url}/dashboard#token={ADMIN}")
-            wait = WebDriverWait(browser, 60, poll_frequency=0.1)
+            wait = WebDriverWait(browser, 60, poll_frequency=0.1, ignored_exceptions=REFRESHED)
             wait.until(lambda _: len(browser.find_elements(By.CSS_SELECTOR, "#releases tbody tr")) == 2)
             assert "active" in browser.find_element(By.ID, "release-release-2").text
             assert not browser.find_elements(By.CSS_SELECTOR, "#release-release-2 button.activate")
