@@ -9,7 +9,8 @@ at once, CSV bodies rendered before the clock starts); a coordinator run of --ro
 (alignment) and rounds are read from the run's status; a serving burst of top-10 recommendations at
 one party (a thread pool of httpx clients, --serving-requests requests at --serving-concurrency).
 Then, in this process with the servers stopped, benchmarks/scale.py's in-process round on the same
-data the parties train on (the aligned users and their ratings; no secure aggregation, no HTTP).
+data the parties train on (the aligned users, each party's own users as private users, and their
+ratings; no secure aggregation, no HTTP).
 
 Peak RSS is each service process's VmHWM (/proc), polled over the process tree (a party's forked
 workers included) and the maximum per role reported. Progress goes to stderr; stdout gets ONE JSON
@@ -232,7 +233,8 @@ def serving_burst(url: str, users: np.ndarray, *, requests: int, concurrency: in
 
 def inprocess_round(parties: list[Party], *, shared: int, engine: dict[str, Any], threads: int,
                     rounds: int) -> dict[str, Any]:
-    """benchmarks/scale.py's round on the data the HTTP parties train on: aligned users, their ratings."""
+    """benchmarks/scale.py's round on the data the HTTP parties train on: the aligned users, and each party's
+    own users as its private users, with their ratings."""
     torch.set_num_threads(threads)
     order = np.argsort(np.array([f"u{k}" for k in range(shared)]))  # aligned order: sorted by id, as the parties do
     index = np.empty(shared, dtype=np.int64)
@@ -242,9 +244,17 @@ def inprocess_round(parties: list[Party], *, shared: int, engine: dict[str, Any]
         keep = party.users < shared
         local = np.full(int(party.catalogue.max()) + 1, -1, dtype=np.int64)
         local[party.catalogue] = np.arange(party.catalogue.size)
-        train = RatingTriples(index[party.users[keep]], local[party.items[keep]], party.ratings[keep])
+        # the party's own users (outside the intersection) train too, as private users after the aligned ones
+        own = np.unique(party.users[~keep])
+        own_ids = np.array([f"u{k}" for k in own])
+        by_id = np.argsort(own_ids)
+        row = np.full(int(party.users.max()) + 1, -1, dtype=np.int64)
+        row[:shared] = index
+        row[own[by_id]] = shared + np.arange(own.size)
+        train = RatingTriples(row[party.users], local[party.items], party.ratings)
         datas.append(PartyData(f"party{p}", shared, int(party.catalogue.size),
-                               sum(int(q.catalogue.size) for q in parties), train))
+                               sum(int(q.catalogue.size) for q in parties), train,
+                               private_user_ids=own_ids[by_id].tolist()))
         means.append(party.ratings[keep])
     # the HTTP run's settings, without secure aggregation: scale.py's round (in-process links carry no masks)
     cfg = TrainConfig(**{**engine, "secure_aggregation": False, "rounds": 1})
@@ -386,7 +396,7 @@ def main() -> None:
         for schema in schemas:
             pg_drop(args.postgres_url, schema)
         shutil.rmtree(root, ignore_errors=True)
-    say("in-process round (benchmarks/scale.py's) on the same aligned data")
+    say("in-process round (benchmarks/scale.py's) on the same data")
     ip = inprocess_round(parties, shared=shared, engine=engine, threads=args.inprocess_threads, rounds=2)
     result["inprocess_round_seconds"] = round(ip["round_seconds"], 2)
     result["ratio_round_http_over_inprocess"] = round(result["round_seconds"] / ip["round_seconds"], 3)
