@@ -145,7 +145,8 @@ def train_ranked(parties: Mapping[str, PartyData], *, config: TrainConfig, proto
     plain construction and `global_mean` (default: its own training mean). `on_model(t, scores)`
     gets every round's per-party ranking scores (for figures over rounds). `valid_loss(scores)`, when
     given, replaces the validation RMSE that early stopping watches (lower is better): for parties
-    that report no rating errors (implicit feedback), e.g. 1 − validation NDCG.
+    that report no rating errors (implicit feedback), e.g. 1 − validation NDCG; it stops after
+    `config.rank_patience` rounds without improvement (default `patience`).
     """
     fed: InProcessFederation
     if len(parties) > 1:
@@ -175,6 +176,8 @@ def train_ranked(parties: Mapping[str, PartyData], *, config: TrainConfig, proto
                 m = replace(m, rmse={**m.rmse, "valid": valid_loss(scores)})
         return m
 
-    result = train_rounds(run_round, config=config, protocol=protocol, on_round=on_round,
-                          on_best=keep)
+    # the ranking figure has its own patience (`rank_patience`): it stalls for longer than the RMSE does
+    stop = config if valid_loss is None or config.rank_patience is None else \
+        config.model_copy(update={"patience": config.rank_patience})
+    result = train_rounds(run_round, config=stop, protocol=protocol, on_round=on_round, on_best=keep)
     return RankedRun(result, dict(kept), fed)

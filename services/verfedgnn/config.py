@@ -45,6 +45,9 @@ class VerFedGNNSettings(BaseModel):
                             "linearly from 0 (lets embeddings leave the zero saddle before strong L2 applies)")
     patience: int = Field(30, ge=1, le=100_000, description="early stopping: the run ends after this many rounds "
                           "without a better validation RMSE (needs validation ratings labelled at the parties)")
+    rank_patience: int | None = Field(None, ge=1, le=100_000, description="early-stopping patience when the run "
+                                      "watches the pooled validation NDCG@10 instead of the RMSE (every party "
+                                      "implicit, so no rating error); None: patience")
     valid_fraction: float = Field(0.0, ge=0.0, le=0.5, description="a party with no validation labels holds out "
                                   "this share of its training ratings (seeded) as its validation split, so early "
                                   "stopping works without labelling one (0: none)")

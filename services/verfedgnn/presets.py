@@ -21,11 +21,13 @@ PRESETS: dict[str, dict[str, Any]] = {
               "grad_scale": 0.05, "rounds": 1000, "patience": 50},
     # `tuned` plus the ranking objective (issue 11, docs/results-ranking.md): each party's in-party
     # full softmax at weight 1 beside the rating loss, 32 ranking-only coordinates on top of the 64
-    # rating ones (the ranking score uses all 96, the rating the first 64).
+    # rating ones (the ranking score uses all 96, the rating the first 64). rank_patience: a federation of
+    # implicit parties stops on pooled validation NDCG@10, which stalls for 50+ rounds early on (best rounds
+    # 224–290 at partial overlap, docs/results-overlap.md); patience 50 stopped those runs at rounds 27–31.
     "tuned-ranking": {"dim": 96, "layers": 2, "activation": "identity", "transform": False, "optimizer": "adam",
                       "lr": 0.01, "reg": 0.1, "weight_decay": 60.0, "reg_warmup": 50, "reg_bias": 0.1, "thd": 1.0,
                       "grad_scale": 0.05, "rounds": 1000, "patience": 50, "rank_weight": 1.0, "rank_dims": 32,
-                      "valid_fraction": 0.1},
+                      "valid_fraction": 0.1, "rank_patience": 150},
 }
 
 # A coordinator run with no preset gets this one: the model the demo and benchmarks/ranking.py measure.

@@ -1,0 +1,36 @@
+"""Early stopping on a ranking figure (`valid_loss`) uses `rank_patience`; on the validation RMSE, `patience`."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from services.data.synthetic import generate
+from services.evaluation import overlap_experiment as ox
+from services.evaluation import topk
+from services.verfedgnn.config import TrainConfig
+
+CONFIG = TrainConfig(dim=4, layers=1, activation="identity", transform=False, optimizer="adam", lr=0.01,
+                     rank_weight=1.0, rank_dims=1, rounds=40, patience=3, rank_patience=9, seed=0)
+
+
+def _party() -> dict[str, object]:
+    share = ox.overlap_parties(generate(120, 80, 4000, seed=3), n_parties=1, seed=0, overlap=1.0, cold_share=0.0)
+    return {"party0": ox.local_data(share["party0"])}
+
+
+def test_a_ranking_figure_stops_after_rank_patience_rounds() -> None:
+    calls: list[int] = []
+
+    def worsening(_: dict[str, np.ndarray]) -> float:  # best at round 0, worse every round after
+        calls.append(1)
+        return float(len(calls))
+    run = topk.train_ranked(_party(), config=CONFIG, protocol="p", valid_loss=worsening)  # type: ignore[arg-type]
+    assert run.result.best_round == 0 and run.result.rounds_run == 1 + CONFIG.rank_patience
+
+
+def test_without_rank_patience_the_ranking_figure_uses_patience() -> None:
+    config = CONFIG.model_copy(update={"rank_patience": None})
+    losses = iter(range(100))
+    run = topk.train_ranked(_party(), config=config, protocol="p",  # type: ignore[arg-type]
+                            valid_loss=lambda _: float(next(losses)))
+    assert run.result.rounds_run == 1 + CONFIG.patience
