@@ -5,7 +5,9 @@ implicit feedback (ratings ≥ --implicit-threshold become interactions, the res
 rule of `fedrec data split --implicit`): per party and slice of its test users (aligned-warm,
 aligned-cold: a seeded --cold-share of the aligned users keep at most --cold-keep training
 interactions at this party, not-aligned), NDCG@10 and recall@10 of the party's local-only model
-and of the federation on the party's own catalogue (services/evaluation/overlap_experiment.py).
+and of the federation on the party's own catalogue (services/evaluation/overlap_experiment.py),
+beside the ceiling: the same model trained on every party's rows in one place, privacy off
+(`central_ndcg@10`, `central_recall@10`).
 Default run settings (preset tuned-ranking, a coordinator run's defaults, early stopping on
 validation). Progress on stderr; the last stdout line is one JSON object {"runs": [...]}.
 `--markdown FILE` prints the table and the bars of a saved JSON line instead of running.
@@ -62,7 +64,7 @@ def run_one(args: argparse.Namespace, split: str, overlap: float, feedback: str)
     rows = ox.run_configuration(shares, config=config, private=not args.no_private, log=lambda m: log(f"{name}: {m}"))
     for r in rows:
         log(f"{name}: {r['party']} {r['slice']:<12} users {r['users']:>3} NDCG@10 local {r['local_ndcg@10']:.4f} "
-            f"federated {r['federated_ndcg@10']:.4f}")
+            f"federated {r['federated_ndcg@10']:.4f} central {r['central_ndcg@10']:.4f}")
     log(f"{name}: done in {time.perf_counter() - started:.0f}s")
     return [{"split": split, "overlap": overlap, "feedback": feedback, **r} for r in rows]
 
@@ -83,14 +85,19 @@ def bars(runs: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def _opt(row: dict[str, Any], key: str) -> str:
+    """A figure a saved line from before it was measured lacks: '-'."""
+    return f"{row[key]:.4f}" if key in row else "-"
+
+
 def markdown(runs: list[dict[str, Any]]) -> str:
     """The table of docs/results-overlap.md."""
     lines = ["| split | overlap | feedback | party | slice | users | NDCG@10 local | NDCG@10 federated | "
-             "recall@10 local | recall@10 federated |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "recall@10 local | recall@10 federated | NDCG@10 central |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         lines.append(f"| {r['split']} | {r['overlap']} | {r['feedback']} | {r['party']} | {r['slice']} | {r['users']} "
                      f"| {r['local_ndcg@10']:.4f} | {r['federated_ndcg@10']:.4f} | {r['local_recall@10']:.4f} "
-                     f"| {r['federated_recall@10']:.4f} |")
+                     f"| {r['federated_recall@10']:.4f} | {_opt(r, 'central_ndcg@10')} |")
     return "\n".join(lines)
 
 

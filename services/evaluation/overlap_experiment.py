@@ -7,7 +7,8 @@ at most `cold_keep` of their training (train ∪ validation) interactions, their
 their history at the other parties is untouched. Each party's test users fall in three slices:
 aligned and warm here, aligned but cold here, not aligned (held by this party alone). Every slice is
 scored (NDCG@10, recall@10; SPEC §5's protocol on the party's own catalogue) for the party's
-local-only model (trained alone on all its users) and for the federation.
+local-only model (trained alone on all its users), for the federation, and for the same model trained on
+every party's rows in one place with privacy off (`central`: the ceiling a federation could reach).
 """
 
 from __future__ import annotations
@@ -116,6 +117,27 @@ def local_data(share: PartyShare) -> PartyData:
     return alone(replace(data, feedback=share.feedback))
 
 
+def central_share(shares: Mapping[str, PartyShare]) -> PartyShare:
+    """Every party's rows in one place (no federation, no privacy): the ceiling the same model reaches with all data.
+
+    Items are the parties' catalogues side by side; a user is one row however many parties hold them.
+    """
+    first = next(iter(shares.values()))
+    union = replace(first.dataset, train=concat_ratings([s.dataset.train for s in shares.values()]),
+                    test=concat_ratings([s.dataset.test for s in shares.values()]),
+                    valid=concat_ratings([s.dataset.valid for s in shares.values() if s.dataset.valid is not None])
+                    if first.dataset.valid is not None else None)
+    none = np.zeros(0, dtype=str)
+    return PartyShare("central", union, _items(union), first.aligned, none, none, first.feedback)
+
+
+def central_block(scores: np.ndarray, central: PartyShare, share: PartyShare, ev: PartyEval) -> np.ndarray:
+    """The central model's (U, M) scores for one party's users (its order) on that party's catalogue."""
+    rows = np.searchsorted(_users(central.dataset), ev.users)
+    cols = np.searchsorted(central.items, share.items)
+    return scores[np.ix_(rows, cols)]
+
+
 def federated_data(shares: Mapping[str, PartyShare], *, private: bool = True) -> dict[str, PartyData]:
     """What each party trains in the federation: the aligned users (sorted), then (`private`) its other users (sorted)."""
     datas = party_datas({p: s.dataset for p, s in shares.items()}, include_private=private)
@@ -219,7 +241,8 @@ def ranking_valid_loss(datas: Mapping[str, PartyData]) -> Callable[[dict[str, np
 def run_configuration(shares: Mapping[str, PartyShare], *, config: TrainConfig, private: bool = True,
                       log: Callable[[str], None] = lambda _: None,
                       on_round: RoundCallback | None = None) -> list[dict[str, Any]]:
-    """Train the federation and each party alone; one row per party and non-empty slice.
+    """Train the federation, each party alone and every party's rows in one place; one row per party and
+    non-empty slice (`central_*`: the same model, privacy off, with all the parties' data: the ceiling).
 
     `private` off: the federation trains the aligned users only and each party serves its other users
     the popularity fallback (a run before parties trained their non-aligned users).
@@ -233,6 +256,13 @@ def run_configuration(shares: Mapping[str, PartyShare], *, config: TrainConfig, 
                                 valid_loss=ranking_valid_loss({p: data}))
         local[p] = slice_figures(evals[p], place_scores(evals[p], _users(s.dataset).tolist(), run.scores()[p]))
         log(f"{p} alone: best round {run.result.best_round} of {run.result.rounds_run}")
+    central = central_share(shares)
+    cdata = local_data(central)
+    crun = topk.train_ranked({"central": cdata}, config=off, protocol="central", on_round=on_round,
+                             valid_loss=ranking_valid_loss({"central": cdata}))
+    log(f"central: best round {crun.result.best_round} of {crun.result.rounds_run}")
+    ceiling = {p: slice_figures(evals[p], central_block(crun.scores()["central"], central, s, evals[p]))
+               for p, s in shares.items()}
     datas = federated_data(shares, private=private)
     run = topk.train_ranked(datas, config=config, protocol="federated", on_round=on_round,
                             valid_loss=ranking_valid_loss(datas))
@@ -247,5 +277,7 @@ def run_configuration(shares: Mapping[str, PartyShare], *, config: TrainConfig, 
             rows.append({"party": p, "slice": name, "users": int(fe["users"]),
                          "local_ndcg@10": round(lo["ndcg@10"], 4), "federated_ndcg@10": round(fe["ndcg@10"], 4),
                          "local_recall@10": round(lo["recall@10"], 4),
-                         "federated_recall@10": round(fe["recall@10"], 4)})
+                         "federated_recall@10": round(fe["recall@10"], 4),
+                         "central_ndcg@10": round(ceiling[p][name]["ndcg@10"], 4),
+                         "central_recall@10": round(ceiling[p][name]["recall@10"], 4)})
     return rows

@@ -124,3 +124,21 @@ def test_model_rows_are_the_aligned_users_then_the_partys_private_users() -> Non
         assert ox.model_user_ids(share, datas[p]) == [*share.aligned.tolist(), *share.private.tolist()]
         local = ox.local_data(share)
         assert local.n_users == share.aligned.size + share.private.size and local.n_private == 0
+
+
+def test_the_central_ceiling_holds_every_partys_rows_and_scores_each_party_on_its_own_catalogue() -> None:
+    ds = _dataset()
+    shares = ox.overlap_parties(ds, n_parties=2, seed=0, overlap=0.5, genres=_genres(ds))
+    central = ox.central_share(shares)
+    for split in ("train", "valid", "test"):
+        assert _pairs(getattr(central.dataset, split)) == sum(
+            (_pairs(getattr(s.dataset, split)) for s in shares.values()), Counter())
+    users, items = ox._users(central.dataset), central.items
+    # a score that names its (user, item) pair: the block must keep each party's order of both
+    scores = np.arange(users.size)[:, None] * 1000.0 + np.arange(items.size)[None, :]
+    for p, s in shares.items():
+        ev = ox.party_eval(s)
+        block = ox.central_block(scores, central, s, ev)
+        assert block.shape == (ev.users.size, s.items.size)
+        assert (users[(block[:, 0] // 1000).astype(int)] == ev.users).all()
+        assert (items[(block[0] % 1000).astype(int)] == s.items).all()
