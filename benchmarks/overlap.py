@@ -60,6 +60,9 @@ def run_one(args: argparse.Namespace, split: str, overlap: float, feedback: str)
         values["rounds"] = args.rounds
     if args.patience is not None:
         values["patience"] = args.patience
+    for item in args.set:
+        key, _, raw = item.partition("=")
+        values[key] = json.loads(raw)
     config = TrainConfig(**values)
     rows = ox.run_configuration(shares, config=config, private=not args.no_private, log=lambda m: log(f"{name}: {m}"))
     for r in rows:
@@ -116,6 +119,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--valid-fraction", type=float, default=float(preset_values(DEFAULT_PRESET, "gcn")["valid_fraction"]))
     ap.add_argument("--rounds", type=int, default=None, help="round cap (default: the preset's)")
     ap.add_argument("--patience", type=int, default=None, help="early-stopping patience (default: the preset's)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
+                    help="override a run setting, e.g. use_quantization=false (the local and central models never "
+                    "use projection or quantization, so privacy switches change the federation only)")
     ap.add_argument("--quick", action="store_true",
                     help="development: genre split, overlap 0.5 (--feedback as given), 40 rounds, patience 10")
     ap.add_argument("--no-private", action="store_true",
