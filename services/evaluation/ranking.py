@@ -15,9 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from models.metrics import RELEVANT_THRESHOLD, ndcg_sum, top_k_columns
+
 KS = (10, 20)
 SUMMARY_K = 10
-RELEVANT_THRESHOLD = 4.0
+__all__ = ["RELEVANT_THRESHOLD", "ndcg_sum", "top_k_columns"]  # the parties' validation ranking (models.metrics)
 
 
 def recall_at_k(ranked: Sequence[Hashable], relevant: set[Any], k: int) -> float:
@@ -100,35 +102,6 @@ def top_k(scores: np.ndarray, seen: np.ndarray, k: int) -> tuple[np.ndarray, np.
         cols = np.pad(cols, ((0, 0), (0, pad)), constant_values=-1)
         top = np.pad(top, ((0, 0), (0, pad)), constant_values=-np.inf)
     return cols.astype(np.int64), top
-
-
-def top_k_columns(scores: np.ndarray, seen: np.ndarray, k: int) -> np.ndarray:
-    """Exactly `top_k(scores, seen, k)[0]`, by partial selection: O(M) a row instead of a full sort.
-
-    Every column scoring at least the row's k-th best is kept (ties included), then those few are
-    ordered as `top_k` orders them (score descending, lower column first), so the lists are identical.
-    """
-    s = np.where(seen, -np.inf, scores.astype(np.float64))
-    n_rows, m = s.shape
-    k_eff = min(k, m)
-    out = np.full((n_rows, k), -1, dtype=np.int64)
-    if k_eff == 0 or n_rows == 0:
-        return out
-    kth = -np.partition(-s, k_eff - 1, axis=1)[:, k_eff - 1]
-    rows, cols = np.nonzero(s >= kth[:, None])
-    order = np.lexsort((cols, -s[rows, cols], rows))  # by row, then score descending, then column
-    rows, cols = rows[order], cols[order]
-    pos = np.arange(rows.size) - np.searchsorted(rows, rows)  # rank within the row
-    keep = (pos < k_eff) & np.isfinite(s[rows, cols])
-    out[rows[keep], pos[keep]] = cols[keep]
-    return out
-
-
-def ndcg_sum(scores: np.ndarray, seen: np.ndarray, relevant: Sequence[set[int]], k: int) -> float:
-    """Σ over rows of NDCG@k of the row's top-k unseen columns against its relevant set (rows aligned with
-    `relevant`); the sum, not the mean, so figures of several parties (or blocks of users) pool by adding."""
-    top = top_k_columns(scores, seen, k)
-    return float(sum(ndcg_at_k([int(x) for x in row if x >= 0], rel, k) for row, rel in zip(top, relevant)))
 
 
 def merge_top_k(parts: Sequence[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:

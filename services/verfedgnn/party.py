@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from models.graph import BipartiteGraph
-from models.metrics import error_sums
+from models.metrics import RELEVANT_THRESHOLD, error_sums, ndcg_sum
 from models.scoring import serving_scores
 from models.vertical import (
     PartyForward,
@@ -44,7 +44,6 @@ from services.crypto.gradient_sharing import decode_1bit, encode_1bit
 from services.crypto.projection import ProjectionSpec, project, projection_matrix, reconstruct
 from services.crypto.quantization import quantize_gradients
 from services.errors import ProtocolError
-from services.evaluation import ranking
 from services.verfedgnn.config import (
     TrainConfig,
     make_optimizer,
@@ -93,9 +92,26 @@ class _ValidRanking:
     """The validation users a party ranks, their training items (never candidates) and relevant items."""
 
     users: np.ndarray  # (S,) aligned user rows, sorted
-    train_ptr: np.ndarray  # (S + 1,) CSR offsets into train_items
-    train_items: np.ndarray
-    relevant: list[set[int]]
+    train: tuple[np.ndarray, np.ndarray]  # CSR (offsets (S + 1,), items) of their training items
+    relevant: tuple[np.ndarray, np.ndarray]  # CSR of their relevant validation items
+
+    def block(self, lo: int, hi: int, n_items: int) -> tuple[np.ndarray, np.ndarray]:
+        """(seen, relevant) (hi - lo, n_items) bool matrices of users lo..hi-1 of the sample."""
+        out = []
+        for ptr, items in (self.train, self.relevant):
+            mask = np.zeros((hi - lo, n_items), dtype=bool)
+            mask[np.repeat(np.arange(hi - lo), np.diff(ptr[lo:hi + 1])), items[ptr[lo]:ptr[hi]]] = True
+            out.append(mask)
+        return out[0], out[1]
+
+
+def _csr(users: np.ndarray, rows: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Items of each of `users` (sorted) as CSR offsets and items, from parallel (row user, item) arrays."""
+    mine = np.isin(rows, users)
+    at = np.searchsorted(users, rows[mine])
+    order = np.argsort(at, kind="stable")
+    ptr = np.concatenate([[0], np.cumsum(np.bincount(at, minlength=users.size))]).astype(np.int64)
+    return ptr, items[mine][order].astype(np.int64)
 
 
 def _tensors(t: RatingTriples) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -198,18 +214,13 @@ class PartyTrainer:
         Aligned users only, like the rating sums: any count that leaves the party covers aligned users.
         """
         valid = self.data.aligned("valid")
-        threshold = 0.0 if self.data.implicit else ranking.RELEVANT_THRESHOLD  # implicit weights are > 0
-        relevant = ranking.relevant_sets(valid.users, valid.items, valid.ratings, threshold)
-        users = self._valid_users(np.array(sorted(relevant), dtype=np.int64))
+        threshold = 0.0 if self.data.implicit else RELEVANT_THRESHOLD  # implicit weights are > 0
+        rel = valid.subset(valid.ratings >= threshold)
+        users = self._valid_users(np.unique(rel.users))
         if users.size == 0:
             return None
         tr = self.data.aligned("train")
-        mine = np.isin(tr.users, users)
-        rows = np.searchsorted(users, tr.users[mine])
-        order = np.argsort(rows, kind="stable")
-        ptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=users.size))]).astype(np.int64)
-        return _ValidRanking(users, ptr, tr.items[mine][order].astype(np.int64),
-                             [relevant[int(u)] for u in users])
+        return _ValidRanking(users, _csr(users, tr.users, tr.items), _csr(users, rel.users, rel.items))
 
     def _valid_users(self, eligible: np.ndarray) -> np.ndarray:
         """The users (rows of this trainer) to rank, of the eligible ones (a block trainer samples the whole party)."""
@@ -234,11 +245,8 @@ class PartyTrainer:
             scores = serving_scores(users[rows], item_repr, rank_bias=rank_bias, rating_dim=self.arch.rating_dim,
                                     global_bias=global_bias, user_bias=user_bias[rows],
                                     item_bias=prv["item_bias"].reshape(m))
-            seen = np.zeros((rows.size, m), dtype=bool)
-            a, b = vr.train_ptr[lo], vr.train_ptr[lo + rows.size]
-            seen[np.repeat(np.arange(rows.size), np.diff(vr.train_ptr[lo:lo + rows.size + 1])),
-                 vr.train_items[a:b]] = True
-            total += ranking.ndcg_sum(scores, seen, vr.relevant[lo:lo + rows.size], RANK_K)
+            seen, relevant = vr.block(lo, lo + rows.size, m)
+            total += ndcg_sum(scores, seen, relevant, RANK_K)
         return total, int(vr.users.size)
 
     def _rank_targets(self, tr: RatingTriples) -> RankTargets:

@@ -98,4 +98,8 @@ def test_ndcg_sum_is_the_sum_of_the_users_ndcg() -> None:
     relevant = [set(rng.choice(50, 3, replace=False).tolist()) for _ in range(30)]
     top, _ = ranking.top_k(scores, seen, 10)
     expected = sum(ranking.ndcg_at_k([int(x) for x in row if x >= 0], rel, 10) for row, rel in zip(top, relevant))
-    assert ranking.ndcg_sum(scores, seen, relevant, 10) == pytest.approx(expected)
+    mask = np.zeros((30, 50), dtype=bool)
+    for u, rel in enumerate(relevant[:-1]):  # the last user has no relevant item: counts 0
+        mask[u, list(rel)] = True
+    expected -= ranking.ndcg_at_k([int(x) for x in top[-1] if x >= 0], relevant[-1], 10)
+    assert ranking.ndcg_sum(scores, seen, mask, 10) == pytest.approx(expected, rel=1e-12)
