@@ -66,8 +66,8 @@ from services.verfedgnn.warm import load_mapped
 _DENSE_PHI_LIMIT = 20_000_000  # q·N entries below which Φ is cached densely (fast matmuls)
 _OWN_USERS_TAG = 0x4F574E  # separates the private user rows' initialisation from the item initialisation
 _VALID_SAMPLE_TAG = 0x56524B  # separates the validation ranking sample's draw from every other seeded draw
-# At most this many aligned validation users per party are ranked each round (a seeded sample, fixed for
-# the run): the validation NDCG@10 then costs O(VALID_RANKING_USERS x M_p) a round whatever the party's size.
+# At most this many aligned validation users per party are ranked each round (a sample seeded by the party,
+# the same in every run): the validation NDCG@10 then costs O(VALID_RANKING_USERS x M_p) a round at most.
 VALID_RANKING_USERS = 2000
 _RANKING_CHUNK = 256  # users scored at once (a chunk x M_p score block)
 
