@@ -156,11 +156,13 @@ def status(run_id: str, url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt =
         run = _check(c.get(f"/v1/runs/{run_id}"))
     out.print(escape(f"run {run['run_id']}: {run['state']} ({run['rounds_done']}/{run['rounds_total']}) "
                      f"{run['detail']}"))
-    table = Table("round", "participants", "failures", "train RMSE", "valid RMSE", "test RMSE", "seconds")
+    table = Table("round", "participants", "failures", "train RMSE", "valid RMSE", "test RMSE", "valid NDCG@10",
+                  "seconds")
     for r in run["rounds"]:
         m = r["metrics"]
         table.add_row(str(r["round_index"]), ",".join(r["participants"]), ",".join(r["failures"]) or "-",
-                      *[f"{m[k]:.4f}" if k in m else "-" for k in ("train_rmse", "valid_rmse", "test_rmse")],
+                      *[f"{m[k]:.4f}" if k in m else "-"
+                        for k in ("train_rmse", "valid_rmse", "test_rmse", "valid_ndcg@10")],
                       f"{r['seconds']:.2f}")
     out.print(table)
     out.print({"bytes_sent": run["bytes_sent"], "bytes_received": run["bytes_received"]})

@@ -12,20 +12,20 @@ from cli.coordinator import TokenOpt, UrlOpt, client, out
 from cli.http import Tls, checked, reported
 
 
-def _rmse(value: float | None) -> str:
+def _figure(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
 @reported
 def list_releases(url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt = None, *, tls: Tls) -> None:
-    """List the releases, newest first, with state and pooled validation RMSE."""
+    """List the releases, newest first, with state and pooled validation RMSE and NDCG@10."""
     with client(url, token, tls) as c:
         listed = checked(c.get("/v1/releases"))
-    table = Table("release", "state", "run", "round", "valid RMSE", "created", "reason")
+    table = Table("release", "state", "run", "round", "valid RMSE", "valid NDCG@10", "created", "reason")
     table.columns[0].no_wrap = True
     for r in listed:
-        table.add_row(r["release_id"], r["state"], r["run_id"], str(r["round_index"]), _rmse(r["valid_rmse"]),
-                      r["created_at"][:19], escape(r["reason"]))
+        table.add_row(r["release_id"], r["state"], r["run_id"], str(r["round_index"]), _figure(r["valid_rmse"]),
+                      _figure(r.get("valid_ndcg")), r["created_at"][:19], escape(r["reason"]))
     out.print(table if listed else "no releases")
 
 

@@ -278,8 +278,11 @@ class CoordinatorSettings(GuardSettings):
     client_cert_file: Path | None = None
     client_key_file: Path | None = None
     # Promotion gate: a run's release becomes active only if its pooled validation RMSE is at most the
-    # active release's plus this (else it stays staged with both figures; an admin may force it).
+    # active release's plus release_tolerance and its pooled validation NDCG@10 at least the active
+    # release's minus release_ndcg_tolerance (else it stays staged with both figures; an admin may force it).
+    # Two settings: the figures have different units (rating points; a share in [0, 1]).
     release_tolerance: float = Field(0.005, ge=0.0)
+    release_ndcg_tolerance: float = Field(0.01, ge=0.0, le=1.0)
     # Retention: the newest this many releases (and always the active one) keep their models at the parties.
     releases_keep: int = Field(5, ge=1, le=1000)
 

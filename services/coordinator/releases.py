@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -29,19 +29,44 @@ from services.errors import Conflict, NotFound, PartyUnavailable
 from services.federation.fanout import fan_out
 
 STAGED, ACTIVE, RETIRED, FAILED, PRUNED = "staged", "active", "retired", "failed", "pruned"
+# The pooled validation figures of a round (the run's round metrics, a release's metrics) the gate compares.
+VALID_RMSE, VALID_NDCG = "valid_rmse", "valid_ndcg@10"
 Clients = Callable[[list[str]], dict[str, PartyClient]]
 
 
-def gate(*, candidate: float | None, active: float | None, tolerance: float) -> str | None:
-    """Why a release with validation RMSE `candidate` may not replace one with `active` (None: it may)."""
+def figures(metrics: Mapping[str, float]) -> dict[str, float]:
+    """The gate's figures among a round's metrics (the finite ones: a figure nobody reported is absent)."""
+    return {k: float(metrics[k]) for k in (VALID_RMSE, VALID_NDCG)
+            if metrics.get(k) is not None and math.isfinite(metrics[k])}
+
+
+def gate(*, candidate: Mapping[str, float], active: Mapping[str, float] | None, rmse_tolerance: float,
+         ndcg_tolerance: float) -> str | None:
+    """Why a release with validation figures `candidate` may not replace the active one's (None: it may).
+
+    Each figure the active release has is compared: the candidate's RMSE may exceed it by at most
+    `rmse_tolerance`, its NDCG@10 fall below it by at most `ndcg_tolerance`; a candidate without that figure
+    is held. A figure the active release lacks is not compared (an all-implicit federation has no RMSE; a
+    release from before NDCG was reported has no NDCG). The reason names every failing figure, then the
+    comparisons that passed, so both figures are in it.
+    """
     if active is None:
         return None
-    if candidate is None:
-        return f"no validation RMSE to compare with the active release's {active:.4f}"
-    if candidate > active + tolerance:
-        return (f"validation RMSE {candidate:.4f} is worse than the active release's {active:.4f} "
-                f"beyond the tolerance {tolerance:g}")
-    return None
+    failed, passed = [], []
+    for key, name, tolerance, worse in ((VALID_RMSE, "validation RMSE", rmse_tolerance, "worse than"),
+                                        (VALID_NDCG, "validation NDCG@10", ndcg_tolerance, "below")):
+        a, c = active.get(key), candidate.get(key)
+        if a is None:
+            continue
+        if c is None:
+            failed.append(f"no {name} to compare with the active release's {a:.4f}")
+        elif (c > a + tolerance) if key == VALID_RMSE else (c < a - tolerance):
+            failed.append(f"{name} {c:.4f} is {worse} the active release's {a:.4f} beyond the tolerance {tolerance:g}")
+        else:
+            passed.append(f"{name} {c:.4f} vs {a:.4f}: within {tolerance:g}")
+    if not failed:
+        return None
+    return "; ".join(failed) + (f" ({'; '.join(passed)})" if passed else "")
 
 
 def get(*, session: Session, release_id: str) -> ReleaseRow:
@@ -69,7 +94,7 @@ def create(*, session: Session, run_id: str, round_index: int, metrics: dict[str
     if row is not None:
         return row
     seq = int(session.scalar(select(func.max(ReleaseRow.seq))) or 0) + 1
-    valid = metrics.get("valid_rmse")
+    valid = metrics.get(VALID_RMSE)
     row = ReleaseRow(release_id=f"release-{seq}", seq=seq, run_id=run_id, round_index=round_index,
                      valid_rmse=valid if valid is not None and math.isfinite(valid) else None,
                      metrics=metrics, party_ids=sorted(party_ids), staged=[], state=STAGED, reason="staging",
@@ -89,9 +114,10 @@ class Releases:
     """Stages and activates releases at the parties; one activation at a time."""
 
     def __init__(self, *, sessions: sessionmaker[Session], clients: Clients, pool: ThreadPoolExecutor,
-                 tolerance: float, lock: threading.Lock, keep: int = 5) -> None:
+                 tolerance: float, lock: threading.Lock, keep: int = 5, ndcg_tolerance: float = 0.01) -> None:
         self.sessions, self.clients, self.pool = sessions, clients, pool
-        self.tolerance, self.lock, self.keep = tolerance, lock, keep
+        self.tolerance, self.lock, self.keep = tolerance, lock, keep  # tolerance: validation RMSE's
+        self.ndcg_tolerance = ndcg_tolerance
 
     def publish(self, *, run_id: str, party_ids: list[str], round_index: int,
                 metrics: dict[str, float], warm_start_from: str | None = None) -> ReleaseRow:
@@ -183,8 +209,8 @@ class Releases:
             raise Conflict(f"release {row.release_id} is not staged at {', '.join(missing)}: {row.reason}",
                            extra={"release_id": row.release_id})
         if row.state == STAGED and not force:
-            why = gate(candidate=row.valid_rmse, active=None if current is None else current.valid_rmse,
-                       tolerance=self.tolerance)
+            why = gate(candidate=figures(row.metrics), active=None if current is None else figures(current.metrics),
+                       rmse_tolerance=self.tolerance, ndcg_tolerance=self.ndcg_tolerance)
             if why is not None:
                 _set(session, row, reason=f"held by the promotion gate: {why}")
                 raise Conflict(f"release {row.release_id} held by the promotion gate: {why} "

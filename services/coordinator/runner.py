@@ -22,7 +22,7 @@ from services.coordinator import runs
 from services.coordinator.client import HttpLink, PartyClient, TrafficCounter
 from services.coordinator.preflight import check_parties
 from services.coordinator.psi import align_users
-from services.coordinator.releases import ACTIVE, Releases
+from services.coordinator.releases import ACTIVE, VALID_NDCG, VALID_RMSE, Releases
 from services.errors import DomainError, PartyUnavailable, ValidationFailed
 from services.federation import registry
 from services.federation.aggregation import aggregation
@@ -93,7 +93,26 @@ def metrics_row(m: Any) -> dict[str, float]:
     for party, figures in m.per_party.items():
         for split in ("valid", "test"):
             row[f"{party}.{split}_rmse"] = figures.get(f"{split}_rmse", math.nan)
+    row[VALID_NDCG] = getattr(m, "ndcg", {}).get("valid", math.nan)  # FedPerGNN's rounds rank nothing
     return {k: float(v) for k, v in row.items() if math.isfinite(v)}
+
+
+def watched_figure(history: list[dict[str, float]]) -> str | None:
+    """The validation figure early stopping and the kept best round follow: the pooled RMSE when a round has
+    one (some party reports rating errors: exactly as before NDCG was reported), else the pooled NDCG@10
+    (every party implicit), else none (no validation labels, or held-out sums withheld under DP)."""
+    for key in (VALID_RMSE, VALID_NDCG):
+        if any(math.isfinite(m.get(key, math.nan)) for m in history):
+            return key
+    return None
+
+
+def watched_loss(metrics: dict[str, float], key: str | None) -> float | None:
+    """The round's figure as a loss (lower is better: NDCG negated); None when the round has none."""
+    value = math.nan if key is None else metrics.get(key, math.nan)
+    if not math.isfinite(value):
+        return None
+    return -value if key == VALID_NDCG else value
 
 
 class RunManager:
@@ -117,7 +136,7 @@ class RunManager:
         """Staging and activation of releases at the parties (the runner's and the releases API's)."""
         return Releases(sessions=self.sessions, clients=lambda ids: self._clients(ids, TrafficCounter()),
                         pool=self._pool, tolerance=self.settings.release_tolerance, lock=self._release_lock,
-                        keep=self.settings.releases_keep)
+                        keep=self.settings.releases_keep, ndcg_tolerance=self.settings.release_ndcg_tolerance)
 
     def submit(self, run_id: str) -> None:
         """Queue a run for execution."""
@@ -360,18 +379,21 @@ class RunManager:
         """
         attempt = 0
         with self.sessions() as session:  # a resumed run: the parties kept its best round so far
-            best = self._best(runs.rounds_of(session=session, run_id=run_id))
+            done = runs.rounds_of(session=session, run_id=run_id)
+        best, watched = self._best(done), watched_figure([r.metrics for r in done])
         strategy = aggregation(secure=registry.plan(protocol).secure_by_default(engine.config))
         patience = int(getattr(engine.config, "patience", 1 << 30))
+        # the ranking figure stalls for longer than the RMSE: its own patience (None: the same)
+        rank_patience = int(getattr(engine.config, "rank_patience", None) or patience)
         while True:
             with self.sessions() as session:
                 run = runs.get(session=session, run_id=run_id)
                 # Early stopping needs the history (O(rounds) rows each round); it cannot trigger
                 # when patience reaches the run's length, so skip the read then.
-                stoppable = patience < run.rounds_total
+                stoppable = min(patience, rank_patience) < run.rounds_total
                 history = runs.rounds_of(session=session, run_id=run_id) if stoppable else []
             t = run.rounds_done
-            if t >= run.rounds_total or (stoppable and self._stalled(history, patience)):
+            if t >= run.rounds_total or (stoppable and self._stalled(history, patience, rank_patience)):
                 return None if best is None else best[0]
             self._check(run_id)
             counter = TrafficCounter()
@@ -406,37 +428,51 @@ class RunManager:
                                       f"{row.get('test_rmse', math.nan):.4f}")
             log.info("round completed", extra={"run_id": run_id, "round": t, "request_id": request_id,
                                                "seconds": round(record.seconds, 3), "participants": outcome.participants})
-            if "valid_rmse" in row and (best is None or row["valid_rmse"] < best[1]):
-                best = self._keep_best(run_id, clients, t, row["valid_rmse"]) or best
+            now = watched_figure([row])
+            if now is not None and now != watched and watched != VALID_RMSE:
+                watched, best = now, None  # a first figure, or the first rating errors: RMSE decides from here
+            loss = watched_loss(row, watched)
+            if loss is not None and (best is None or loss < best[1]):
+                best = self._keep_best(run_id, clients, t, loss) or best
             if self.on_round is not None:
                 self.on_round(run_id, record, engine.config)
             attempt = 0
             self._stalled_since.pop(run_id, None)
 
     @staticmethod
-    def _best(history: list[Any]) -> tuple[int, float] | None:
-        """(round, validation RMSE) of the best validation round of a run's history (None: no figures)."""
-        valid = [(r.metrics["valid_rmse"], r.round_index) for r in history if "valid_rmse" in r.metrics]
+    def _losses(history: list[Any]) -> list[tuple[float, int]]:
+        """(loss, round) of every round with the watched validation figure (`watched_figure`)."""
+        key = watched_figure([r.metrics for r in history])
+        out = [(watched_loss(r.metrics, key), r.round_index) for r in history]
+        return [(loss, t) for loss, t in out if loss is not None]
+
+    @classmethod
+    def _best(cls, history: list[Any]) -> tuple[int, float] | None:
+        """(round, loss) of the best validation round of a run's history (None: no figures)."""
+        valid = cls._losses(history)
         return None if not valid else (min(valid)[1], min(valid)[0])
 
     def _keep_best(self, run_id: str, clients: dict[str, PartyClient], round_index: int,
-                   valid: float) -> tuple[int, float] | None:
+                   loss: float) -> tuple[int, float] | None:
         """Ask every party to keep this round's model (the best so far); None when one could not (the release
         then holds the previous best, which every party kept)."""
         _, failures = fan_out(self._pool, clients, lambda c: c.keep_best(run_id=run_id, round_index=round_index))
         if failures:
             log.warning("run %s: round %d not kept at %s", run_id, round_index, sorted(failures))
             return None
-        return round_index, valid
+        return round_index, loss
 
-    @staticmethod
-    def _stalled(history: list[Any], patience: int) -> bool:
-        """Early stopping: `patience` rounds without a better validation RMSE (as the harness does).
+    @classmethod
+    def _stalled(cls, history: list[Any], patience: int, rank_patience: int | None = None) -> bool:
+        """Early stopping: `patience` rounds without a better validation RMSE (as the harness does), or, when no
+        party reports rating errors (every party implicit), `rank_patience` (default `patience`) rounds without a
+        better validation NDCG@10.
 
-        Rounds without one (nan: no validation ratings, e.g. only implicit-feedback parties) never stop a run.
+        Rounds with neither figure (no validation labels, DP's withheld sums) never stop a run.
         """
-        valid = [(r.metrics["valid_rmse"], r.round_index) for r in history
-                 if math.isfinite(r.metrics.get("valid_rmse", math.nan))]
+        valid = cls._losses(history)
+        if watched_figure([r.metrics for r in history]) == VALID_NDCG and rank_patience is not None:
+            patience = rank_patience
         return bool(valid) and valid[-1][1] - min(valid)[1] >= patience
 
     def _publish(self, run_id: str, party_ids: list[str], counter: TrafficCounter, *, best: int | None) -> None:

@@ -104,6 +104,12 @@ class ReleaseRow(CoordinatorBase):
     activated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
 
+    @property
+    def valid_ndcg(self) -> float | None:
+        """Pooled validation NDCG@10 of the round (metrics' valid_ndcg@10; None when nobody reported one)."""
+        value = (self.metrics or {}).get("valid_ndcg@10")
+        return None if value is None else float(value)
+
 
 class ScheduleRow(CoordinatorBase):
     """A schedule that starts runs: a cron expression or an interval, the run settings, and its firing record."""

@@ -44,7 +44,9 @@ class VerFedGNNSettings(BaseModel):
     reg_warmup: int = Field(0, ge=0, le=100_000, description="rounds over which reg and weight_decay ramp up "
                             "linearly from 0 (lets embeddings leave the zero saddle before strong L2 applies)")
     patience: int = Field(30, ge=1, le=100_000, description="early stopping: the run ends after this many rounds "
-                          "without a better validation RMSE (needs validation ratings labelled at the parties)")
+                          "without a better validation RMSE (needs validation ratings labelled at the parties); "
+                          "when no party reports rating errors (every party implicit), without a better "
+                          "validation NDCG@10, after rank_patience rounds if set")
     rank_patience: int | None = Field(None, ge=1, le=100_000, description="early-stopping patience when the run "
                                       "watches the pooled validation NDCG@10 instead of the RMSE (every party "
                                       "implicit, so no rating error); None: patience")

@@ -17,7 +17,14 @@ from services.crypto.participation import participation_scale, select_participan
 from services.crypto.quantization import TernaryUpload, ternary_dequantize
 from services.errors import ProtocolError
 from services.verfedgnn.config import TrainConfig, make_optimizer, model_config
-from services.verfedgnn.types import SPLITS, GradientUpload, MetricSums, RoundMetrics, rmse_mae
+from services.verfedgnn.types import (
+    SPLITS,
+    GradientUpload,
+    MetricSums,
+    RoundMetrics,
+    pooled_ndcg,
+    rmse_mae,
+)
 from services.verfedgnn.warm import load_mapped
 
 _SELECT_TAG = 104729  # separates the participant-draw stream from other seeded streams
@@ -133,7 +140,8 @@ class CoordinatorTrainer:
             rmse[split], mae[split] = rmse_mae([metrics.get(split, MetricSums())])
         nnz = sum(int(np.count_nonzero(g)) for g in total.values())
         return RoundMetrics(round_index=round_index, participants=names, loss=float(loss), rmse=rmse, mae=mae,
-                            per_party={}, upload_bytes=upload_bytes, upload_nonzeros=nnz)
+                            per_party={}, upload_bytes=upload_bytes, upload_nonzeros=nnz,
+                            ndcg={"valid": pooled_ndcg([metrics.get("valid", MetricSums())])})
 
     def _summary(self, uploads: dict[str, GradientUpload], names: list[str]) -> RoundMetrics:
         rmse, mae, per_party = {}, {}, {}
@@ -148,9 +156,10 @@ class CoordinatorTrainer:
         size = sum(TernaryUpload(q.shape, q.r, q.indices, q.signs).nbytes()
                    for n in names for q in uploads[n].quantized.values())
         size += sum(int(a.nbytes) for n in names for a in uploads[n].dense.values())
+        ndcg = {"valid": pooled_ndcg([uploads[n].metrics.get("valid", MetricSums()) for n in names])}
         return RoundMetrics(round_index=uploads[names[0]].round_index, participants=names,
                             loss=float(sum(uploads[n].loss for n in names)), rmse=rmse, mae=mae,
-                            per_party=per_party, upload_bytes=size, upload_nonzeros=nnz)
+                            per_party=per_party, upload_bytes=size, upload_nonzeros=nnz, ndcg=ndcg)
 
     def state_dict(self) -> dict[str, object]:
         """Public parameters, optimizer state and round counter (for resume)."""

@@ -40,7 +40,7 @@ import torch.distributed as dist
 from services.crypto.projection import ProjectionSpec, _blocks, _gaussian_block, _sparse_block
 from services.errors import ProtocolError
 from services.verfedgnn.config import TrainConfig, shared_projection
-from services.verfedgnn.party import PartyTrainer
+from services.verfedgnn.party import PartyTrainer, sample_valid_users
 from services.verfedgnn.types import SPLITS, GradientUpload, MetricSums, PartyData, RatingTriples
 
 log = logging.getLogger(__name__)
@@ -214,6 +214,15 @@ class ShardTrainer(PartyTrainer):
         self.saving: AbstractContextManager[None] | None = None  # activation accounting (benchmarks only)
         self.optimizer.register_step_pre_hook(lambda *_: self._reduce_private_grads())
 
+    def _valid_users(self, eligible: np.ndarray) -> np.ndarray:
+        """This block's share of the party's validation ranking sample, drawn over every block's users, so
+        the party ranks the users it would rank at W = 1."""
+        mask = torch.zeros(self.n_total, dtype=torch.int64)
+        mask[torch.from_numpy(eligible + self.lo)] = 1
+        dist.all_reduce(mask)
+        chosen = sample_valid_users(np.flatnonzero(mask.numpy()), party_id=self.party_id)
+        return chosen[(chosen >= self.lo) & (chosen < self.lo + self.data.n_users)] - self.lo
+
     def _reduce_private_grads(self) -> None:
         """Before the private step: every rank gets the summed gradient (None only where no rank has one)."""
         params = list(self.private.parameters())
@@ -271,11 +280,12 @@ class ShardTrainer(PartyTrainer):
                 if k in ROW_PARAMS else np.zeros(0) for k in grads}
         for k, g in zip(shared, summed):
             full[k] = g.numpy().astype(np.float32, copy=False)
-        sums = torch.tensor([[m.sse, m.sae, m.count] for m in (self.last_metrics[s] for s in SPLITS)]
-                            + [[loss, 0.0, 0.0]], dtype=torch.float64)
+        sums = torch.tensor([[m.sse, m.sae, m.count, m.ndcg, m.ranked]
+                             for m in (self.last_metrics[s] for s in SPLITS)]
+                            + [[loss, 0.0, 0.0, 0.0, 0.0]], dtype=torch.float64)
         dist.reduce(sums, dst=0)
-        self.last_metrics = {s: MetricSums(float(sums[i, 0]), float(sums[i, 1]), int(sums[i, 2]))
-                             for i, s in enumerate(SPLITS)}
+        self.last_metrics = {s: MetricSums(float(sums[i, 0]), float(sums[i, 1]), int(sums[i, 2]),
+                                           float(sums[i, 3]), int(sums[i, 4])) for i, s in enumerate(SPLITS)}
         metrics = {k: self.last_metrics[k] for k in metrics}
         if self.rank != 0:
             return GradientUpload(self.party_id, self._round or 0, 0.0)

@@ -20,7 +20,8 @@ def upload_tree(upload: GradientUpload) -> dict[str, Any]:
         tern = TernaryUpload(shape=tuple(q.shape), r=float(q.r), indices=np.asarray(q.indices, np.int64)[order],
                              signs=np.asarray(q.signs, np.int8)[order])
         quantized[name] = np.frombuffer(encode_ternary(tern), dtype=np.uint8)
-    metrics = {k: np.asarray([m.sse, m.sae, m.count], dtype=np.float64) for k, m in upload.metrics.items()}
+    metrics = {k: np.asarray([m.sse, m.sae, m.count, m.ndcg, m.ranked], dtype=np.float64)
+               for k, m in upload.metrics.items()}
     return {"party_id": upload.party_id, "round_index": upload.round_index, "loss": float(upload.loss),
             "quantized": quantized, "dense": dict(upload.dense), "metrics": metrics}
 
@@ -35,7 +36,8 @@ def upload_from_tree(tree: Any, *, round_index: int, party_id: str | None = None
         for name, raw in tree["quantized"].items():
             t = decode_ternary(np.asarray(raw, np.uint8).tobytes())
             quantized[name] = QuantizedArray(shape=t.shape, r=t.r, indices=t.indices, signs=t.signs)
-        metrics = {k: MetricSums(sse=float(v[0]), sae=float(v[1]), count=int(v[2]))
+        metrics = {k: MetricSums(sse=float(v[0]), sae=float(v[1]), count=int(v[2]),
+                                 ndcg=float(v[3]) if len(v) > 4 else 0.0, ranked=int(v[4]) if len(v) > 4 else 0)
                    for k, v in tree["metrics"].items()}
         return GradientUpload(party_id=str(tree["party_id"]), round_index=round_index, loss=float(tree["loss"]),
                               quantized=quantized, dense=dict(tree["dense"]), metrics=metrics)

@@ -25,7 +25,8 @@ import numpy as np
 import torch
 
 from models.graph import BipartiteGraph
-from models.metrics import error_sums
+from models.metrics import RELEVANT_THRESHOLD, error_sums, ndcg_sum
+from models.scoring import serving_scores
 from models.vertical import (
     PartyForward,
     PrivateItems,
@@ -51,6 +52,7 @@ from services.verfedgnn.config import (
     sparse_phi,
 )
 from services.verfedgnn.types import (
+    RANK_K,
     SPLITS,
     GradientUpload,
     MetricSums,
@@ -63,8 +65,53 @@ from services.verfedgnn.warm import load_mapped
 
 _DENSE_PHI_LIMIT = 20_000_000  # q·N entries below which Φ is cached densely (fast matmuls)
 _OWN_USERS_TAG = 0x4F574E  # separates the private user rows' initialisation from the item initialisation
+_VALID_SAMPLE_TAG = 0x56524B  # separates the validation ranking sample's draw from every other seeded draw
+# At most this many aligned validation users per party are ranked each round (a sample seeded by the party,
+# the same in every run): the validation NDCG@10 then costs O(VALID_RANKING_USERS x M_p) a round at most.
+VALID_RANKING_USERS = 2000
+_RANKING_CHUNK = 256  # users scored at once (a chunk x M_p score block)
 
 RankTargets = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def sample_valid_users(eligible: np.ndarray, *, party_id: str, limit: int | None = None) -> np.ndarray:
+    """The validation users a party ranks: all of `eligible` (sorted user indices), or a sample of `limit`.
+
+    Seeded by the party alone, not the run: successive runs over the same data rank the same users, so the
+    promotion gate compares two releases on one sample. `limit` None: VALID_RANKING_USERS.
+    """
+    limit = VALID_RANKING_USERS if limit is None else limit
+    if eligible.size <= limit:
+        return eligible
+    rng = np.random.default_rng([party_number(party_id), _VALID_SAMPLE_TAG])
+    return np.sort(rng.choice(eligible, size=limit, replace=False))
+
+
+@dataclass(frozen=True)
+class _ValidRanking:
+    """The validation users a party ranks, their training items (never candidates) and relevant items."""
+
+    users: np.ndarray  # (S,) aligned user rows, sorted
+    train: tuple[np.ndarray, np.ndarray]  # CSR (offsets (S + 1,), items) of their training items
+    relevant: tuple[np.ndarray, np.ndarray]  # CSR of their relevant validation items
+
+    def block(self, lo: int, hi: int, n_items: int) -> tuple[np.ndarray, np.ndarray]:
+        """(seen, relevant) (hi - lo, n_items) bool matrices of users lo..hi-1 of the sample."""
+        out = []
+        for ptr, items in (self.train, self.relevant):
+            mask = np.zeros((hi - lo, n_items), dtype=bool)
+            mask[np.repeat(np.arange(hi - lo), np.diff(ptr[lo:hi + 1])), items[ptr[lo]:ptr[hi]]] = True
+            out.append(mask)
+        return out[0], out[1]
+
+
+def _csr(users: np.ndarray, rows: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Items of each of `users` (sorted) as CSR offsets and items, from parallel (row user, item) arrays."""
+    mine = np.isin(rows, users)
+    at = np.searchsorted(users, rows[mine])
+    order = np.argsort(at, kind="stable")
+    ptr = np.concatenate([[0], np.cumsum(np.bincount(at, minlength=users.size))]).astype(np.int64)
+    return ptr, items[mine][order].astype(np.int64)
 
 
 def _tensors(t: RatingTriples) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -135,6 +182,7 @@ class PartyTrainer:
         self._last_private: dict[str, np.ndarray] = {}
         self.last_metrics: dict[str, MetricSums] = {}  # every split, for the party's own evaluation
         self.last_private_metrics: dict[str, MetricSums] = {}  # the private users' (never reported)
+        self._valid_ranking = self._ranking_targets()
 
     def _init_own_users(self, init_seed: int) -> None:
         """Rows, optimizer, graph and targets of the private users (indices n_users.. of the data, from 0 here)."""
@@ -158,6 +206,48 @@ class PartyTrainer:
         self._own = _Targets(_tensors(own), _counts(own.users, data.n_private), _counts(own.items, data.n_items),
                              self.own_users.user_bias, self.own_users.user_emb,
                              self._rank_targets(own) if config.rank_weight > 0 else None)
+
+    def _ranking_targets(self) -> _ValidRanking | None:
+        """Who the validation NDCG ranks: aligned users with a relevant validation item (rating >= 4; every
+        interaction of an implicit party), at most VALID_RANKING_USERS of them; None when there is none.
+
+        Aligned users only, like the rating sums: any count that leaves the party covers aligned users.
+        """
+        valid = self.data.aligned("valid")
+        threshold = 0.0 if self.data.implicit else RELEVANT_THRESHOLD  # implicit weights are > 0
+        rel = valid.subset(valid.ratings >= threshold)
+        users = self._valid_users(np.unique(rel.users))
+        if users.size == 0:
+            return None
+        tr = self.data.aligned("train")
+        return _ValidRanking(users, _csr(users, tr.users, tr.items), _csr(users, rel.users, rel.items))
+
+    def _valid_users(self, eligible: np.ndarray) -> np.ndarray:
+        """The users (rows of this trainer) to rank, of the eligible ones (a block trainer samples the whole party)."""
+        return sample_valid_users(eligible, party_id=self.party_id)
+
+    def _valid_ndcg(self, h_u: torch.Tensor, h_v: torch.Tensor) -> tuple[float, int]:
+        """(Σ NDCG@RANK_K, users) of this forward's serving scores on the party's own catalogue: candidates are
+        the user's items without a training row here (the score `serving_model` serves; models.scoring)."""
+        vr = self._valid_ranking
+        if vr is None:
+            return 0.0, 0
+        item_repr, prv = h_v.numpy(), self._last_private
+        rank_bias = prv.get("rank_bias")
+        users, m = h_u.numpy(), item_repr.shape[0]
+        global_bias, user_bias = 0.0, np.zeros(users.shape[0], np.float32)
+        if self.arch.use_bias:
+            global_bias = float(self.public.global_bias.detach().numpy().reshape(-1)[0])
+            user_bias = self.public.user_bias.detach().numpy().reshape(-1)
+        total = 0.0
+        for lo in range(0, vr.users.size, _RANKING_CHUNK):
+            rows = vr.users[lo:lo + _RANKING_CHUNK]
+            scores = serving_scores(users[rows], item_repr, rank_bias=rank_bias, rating_dim=self.arch.rating_dim,
+                                    global_bias=global_bias, user_bias=user_bias[rows],
+                                    item_bias=prv["item_bias"].reshape(m))
+            seen, relevant = vr.block(lo, lo + rows.size, m)
+            total += ndcg_sum(scores, seen, relevant, RANK_K)
+        return total, int(vr.users.size)
 
     def _rank_targets(self, tr: RatingTriples) -> RankTargets:
         """(users with a training rating, their (U, M) training mask, row and item of every positive).
@@ -268,6 +358,9 @@ class PartyTrainer:
         # the private biases of this forward (before the step), so a published model is the one scored
         self._last_private = {k: v.detach().numpy().copy() for k, v in self.private.named_parameters()
                               if k != "item_emb"}
+        if "valid" in metrics:  # the served model's validation ranking, summed (pooled like the errors)
+            ndcg, ranked = self._valid_ndcg(h_u.detach(), h_v.detach())
+            metrics["valid"] = replace(metrics["valid"], ndcg=ndcg, ranked=ranked)
         self.last_metrics = metrics
         if self.config.dp_epsilon is not None:  # held-out ratings are not randomized: their sums stay here
             metrics = {"train": metrics["train"]}

@@ -42,8 +42,9 @@ def finish_layout(arrays: Mapping[str, np.ndarray]) -> list[tuple[str, tuple[int
 
 
 def finish_size(layout: Layout) -> int:
-    """Length of the finish vector: gradients, the loss, (sse, sae, count) per split."""
-    return sum(int(np.prod(s)) for _, s in layout) + 1 + 3 * len(SPLITS)
+    """Length of the finish vector: gradients, the loss, (sse, sae, count) per split, then the validation
+    ranking sums (Σ NDCG@10, users)."""
+    return sum(int(np.prod(s)) for _, s in layout) + 1 + 3 * len(SPLITS) + 2
 
 
 def finish_vector(upload: GradientUpload, *, grad_scale: float, layout: Layout) -> np.ndarray:
@@ -59,6 +60,8 @@ def finish_vector(upload: GradientUpload, *, grad_scale: float, layout: Layout) 
     for s in SPLITS:
         m = upload.metrics.get(s, MetricSums())
         parts.append(np.array([m.sse, m.sae, m.count], np.float64))
+    v = upload.metrics.get("valid", MetricSums())
+    parts.append(np.array([v.ndcg, v.ranked], np.float64))
     return np.concatenate(parts)
 
 
@@ -72,8 +75,10 @@ def unpack_finish(values: np.ndarray, layout: Layout) -> tuple[dict[str, np.ndar
         grads[name] = values[at:at + n].reshape(shape)
         at += n
     loss = float(values[at])
-    tail = values[at + 1:].reshape(len(SPLITS), 3)
-    metrics = {s: MetricSums(float(tail[j, 0]), float(tail[j, 1]), round(tail[j, 2]))
+    tail = values[at + 1:at + 1 + 3 * len(SPLITS)].reshape(len(SPLITS), 3)
+    ndcg, ranked = values[-2:]
+    metrics = {s: MetricSums(float(tail[j, 0]), float(tail[j, 1]), round(tail[j, 2]),
+                             *((float(ndcg), round(ranked)) if s == "valid" else ()))
                for j, s in enumerate(SPLITS)}
     return grads, loss, metrics
 

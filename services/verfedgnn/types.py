@@ -15,6 +15,7 @@ import numpy as np
 from models import metrics
 
 SPLITS = ("train", "valid", "test")
+RANK_K = 10  # the validation ranking figure parties report: NDCG@10 (metric key valid_ndcg@10)
 SPLIT_CODES = {"train": 0, "valid": 1, "test": 2}  # how a party stores evaluation labels
 
 
@@ -111,11 +112,14 @@ class QuantizedArray:
 
 @dataclass(frozen=True)
 class MetricSums:
-    """Sums a party reports for one split: squared and absolute errors and the count."""
+    """Sums a party reports for one split: squared and absolute errors and the count; for the validation
+    split also the ranking sums (Σ NDCG@10 over the scored users and their number; `PartyTrainer`)."""
 
     sse: float = 0.0
     sae: float = 0.0
     count: int = 0
+    ndcg: float = 0.0  # Σ NDCG@RANK_K over `ranked` users (validation split only)
+    ranked: int = 0
 
 
 @dataclass(frozen=True)
@@ -146,11 +150,18 @@ class RoundMetrics:
     per_party: dict[str, dict[str, float]]  # party -> {"train_rmse", "valid_rmse", "test_rmse", "test_mae", ...}
     upload_bytes: int
     upload_nonzeros: int
+    ndcg: dict[str, float] = field(default_factory=dict)  # split -> NDCG@RANK_K pooled over the parties (valid)
 
 
 def party_number(party_id: str) -> int:
     """Stable integer of a party id (for seeding; independent of dict order and process)."""
     return zlib.crc32(party_id.encode("utf-8"))
+
+
+def pooled_ndcg(sums: list[MetricSums]) -> float:
+    """NDCG@RANK_K over every scored user of pooled ranking sums (nan when no user was scored)."""
+    users = sum(s.ranked for s in sums)
+    return sum(s.ndcg for s in sums) / users if users else float("nan")
 
 
 def rmse_mae(sums: list[MetricSums]) -> tuple[float, float]:

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.coordinator import registry, releases, runs
-from services.coordinator.releases import Releases, gate
+from services.coordinator.releases import VALID_NDCG, VALID_RMSE, Releases, figures, gate
 from services.db.session import make_engine, make_sessionmaker, upgrade
 from services.errors import Conflict, NotFound, PartyUnavailable
 
@@ -56,27 +56,75 @@ def world(database_url: str, request: pytest.FixtureRequest) -> Iterator[
     clients: Any = lambda ids: {p: parties[p] for p in ids}
     try:
         yield sessions, parties, Releases(sessions=sessions, clients=clients, pool=pool, tolerance=0.005,
-                                          lock=threading.Lock(), keep=getattr(request, "param", 5))
+                                          lock=threading.Lock(), keep=getattr(request, "param", 5),
+                                          ndcg_tolerance=0.01)
     finally:
         pool.shutdown()
         engine.dispose()
 
 
-def _publish(sessions: sessionmaker[Session], rel: Releases, valid: float | None) -> releases.ReleaseRow:
+def _publish(sessions: sessionmaker[Session], rel: Releases, valid: float | None,
+             ndcg: float | None = None) -> releases.ReleaseRow:
     with sessions() as s:
         run = runs.create(session=s, rounds=1, min_parties=2, seed=0, config={})
         runs.set_state(session=s, run_id=run.run_id, state=runs.COMPLETED, detail="")
         run_id = run.run_id
     metrics = {} if valid is None else {"valid_rmse": valid, "test_rmse": 1.0}
+    if ndcg is not None:
+        metrics[VALID_NDCG] = ndcg
     return rel.publish(run_id=run_id, party_ids=["a", "b"], round_index=0, metrics=metrics)
 
 
-def test_gate() -> None:
-    assert gate(candidate=1.0, active=None, tolerance=0.0) is None
-    assert gate(candidate=0.954, active=0.95, tolerance=0.005) is None
-    held = gate(candidate=0.96, active=0.95, tolerance=0.005)
+def _gate(candidate: dict[str, float], active: dict[str, float] | None) -> str | None:
+    return gate(candidate=candidate, active=active, rmse_tolerance=0.005, ndcg_tolerance=0.01)
+
+
+def test_gate_rmse() -> None:
+    assert _gate({VALID_RMSE: 1.0}, None) is None
+    assert _gate({VALID_RMSE: 0.954}, {VALID_RMSE: 0.95}) is None
+    held = _gate({VALID_RMSE: 0.96}, {VALID_RMSE: 0.95})
     assert held is not None and "0.9600" in held and "0.9500" in held and "0.005" in held
-    assert gate(candidate=None, active=0.95, tolerance=1.0) is not None
+    assert _gate({}, {VALID_RMSE: 0.95}) is not None
+
+
+def test_gate_compares_both_figures_and_names_the_one_that_failed() -> None:
+    active = {VALID_RMSE: 0.95, VALID_NDCG: 0.20}
+    assert _gate({VALID_RMSE: 0.954, VALID_NDCG: 0.191}, active) is None  # both within their tolerance
+    assert _gate({VALID_RMSE: 0.90, VALID_NDCG: 0.30}, active) is None
+    ndcg = _gate({VALID_RMSE: 0.94, VALID_NDCG: 0.18}, active)  # better RMSE, worse ranking
+    assert ndcg is not None and ndcg.startswith("validation NDCG@10 0.1800 is below the active release's 0.2000")
+    assert "tolerance 0.01" in ndcg and "validation RMSE 0.9400 vs 0.9500: within 0.005" in ndcg
+    rmse = _gate({VALID_RMSE: 0.97, VALID_NDCG: 0.25}, active)  # better ranking, worse RMSE
+    assert rmse is not None and rmse.startswith("validation RMSE 0.9700 is worse than the active release's 0.9500")
+    assert "validation NDCG@10 0.2500 vs 0.2000: within 0.01" in rmse and "below" not in rmse
+    both = _gate({VALID_RMSE: 0.97, VALID_NDCG: 0.10}, active)
+    assert both is not None and "RMSE 0.9700 is worse" in both and "NDCG@10 0.1000 is below" in both
+    missing = _gate({VALID_RMSE: 0.94}, active)  # a candidate without the ranking figure is held
+    assert missing is not None and "no validation NDCG@10 to compare with the active release's 0.2000" in missing
+    # an active release from before NDCG was reported: RMSE alone decides
+    assert _gate({VALID_RMSE: 0.95, VALID_NDCG: 0.01}, {VALID_RMSE: 0.95}) is None
+
+
+def test_gate_of_an_all_implicit_federation_is_ndcg_alone() -> None:
+    active = {VALID_NDCG: 0.20}
+    assert _gate({VALID_NDCG: 0.195}, active) is None
+    held = _gate({VALID_NDCG: 0.15}, active)
+    assert held is not None and "0.1500" in held and "0.2000" in held and "RMSE" not in held
+    assert figures({VALID_NDCG: 0.2, "valid_rmse": float("nan"), "loss": 3.0}) == {VALID_NDCG: 0.2}
+
+
+def test_a_release_worse_on_ndcg_stays_staged_with_both_figures(
+        world: tuple[sessionmaker[Session], dict[str, FakeParty], Releases]) -> None:
+    sessions, parties, rel = world
+    first = _publish(sessions, rel, 0.95, ndcg=0.30)
+    assert first.state == "active" and first.valid_ndcg == 0.30
+    held = _publish(sessions, rel, 0.94, ndcg=0.25)
+    assert held.state == "staged" and held.reason.startswith("held by the promotion gate: validation NDCG@10 0.2500")
+    assert all(f in held.reason for f in ("0.2500", "0.3000", "0.9400", "0.9500"))
+    assert {p.serving for p in parties.values()} == {"release-1"}
+    implicit = _publish(sessions, rel, None, ndcg=0.299)  # no RMSE, the active one has: held for that
+    assert implicit.state == "staged" and "no validation RMSE" in implicit.reason
+    assert _publish(sessions, rel, 0.949, ndcg=0.295).state == "active"
 
 
 def test_life_of_releases(world: tuple[sessionmaker[Session], dict[str, FakeParty], Releases]) -> None:
@@ -142,3 +190,13 @@ def test_retention_keeps_the_newest_and_the_active(
     assert rel.activate(release_id="release-4", force=True).state == "active"
     assert rel.read("release-1").state == "pruned" and rel.read("release-5").state == "staged"
     assert parties["a"].staged == {"release-4", "release-5"} and parties["b"].staged == {"release-4"}
+
+
+def test_releases_of_an_all_implicit_federation_are_gated_on_ndcg(
+        world: tuple[sessionmaker[Session], dict[str, FakeParty], Releases]) -> None:
+    sessions, _, rel = world
+    assert _publish(sessions, rel, None, ndcg=0.20).state == "active"
+    worse = _publish(sessions, rel, None, ndcg=0.15)
+    assert worse.state == "staged" and "validation NDCG@10 0.1500 is below" in worse.reason, worse.reason
+    assert worse.valid_rmse is None and worse.valid_ndcg == 0.15
+    assert _publish(sessions, rel, None, ndcg=0.195).state == "active"

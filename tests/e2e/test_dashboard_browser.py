@@ -138,7 +138,8 @@ def test_index_lists_runs_and_links_to_their_pages(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_index_lists_releases_and_activates_one(tmp_path: Path) -> None:
     # A wide gate tolerance: the second run's release becomes active whatever its figures, so the first is retired.
-    with federation(tmp_path, n_parties=2, release_tolerance=100.0) as fed:
+    with federation(tmp_path, n_parties=2, release_tolerance=100.0,
+                    release_ndcg_tolerance=1.0) as fed:
         for seed in (0, 1):
             run = fed.client.create_run(rounds=2, min_parties=2, seed=seed, config=TINY_CONFIG)
             assert fed.client.wait(run["run_id"], timeout=300)["state"] == "completed"

@@ -1,9 +1,10 @@
 """A party training on torch.distributed (PARTY_TRAIN_WORKERS=2) gives the model of one process, over real HTTP.
 
 Real processes: party p0 runs `python -m party_api` with two training ranks (its federation process and
-one worker it spawns on loopback, gloo), p1 one process, and a coordinator. The run's test RMSE must be
-that of the in-process reference (the HTTP construction at W = 1, bit-identical to it) within 1e-4, the
-worker must exist while the run trains and leave once the run is idle, and none may outlive the party.
+one worker it spawns on loopback, gloo), p1 one process, and a coordinator. The run's test RMSE and
+validation NDCG@10 must be those of the in-process reference (the HTTP construction at W = 1, bit-identical
+to it) within 1e-4, the worker must exist while the run trains and leave once the run is idle, and none may
+outlive the party.
 """
 
 from __future__ import annotations
@@ -93,6 +94,10 @@ def test_two_training_ranks_match_one_process_and_leave(tmp_path: Path) -> None:
         ref_rmse = [h.rmse["test"] for h in ref.history]
         assert max(abs(a - b) for a, b in zip(http_rmse, ref_rmse)) < 1e-4, (http_rmse, ref_rmse)
         assert http_rmse[-1] < http_rmse[0]
+        # the validation ranking sums: each rank ranks its block's share of the party's one sample
+        http_ndcg = [r["metrics"]["valid_ndcg@10"] for r in status["rounds"]]
+        ref_ndcg = [h.ndcg["valid"] for h in ref.history]
+        assert max(abs(a - b) for a, b in zip(http_ndcg, ref_ndcg)) < 1e-4, (http_ndcg, ref_ndcg)
 
         # the run is over: after PARTY_TRAIN_IDLE_S the worker is released and exits
         assert _gone(seen, timeout=60), "the training worker outlived the idle deadline"

@@ -124,7 +124,8 @@ def test_no_body_carries_ratings_item_ids_or_item_embeddings(
     assert any(p.endswith("/psi/reblind") for p in paths) and any(p.endswith("/steps/projection") for p in paths)
     # Wire audit: with secure aggregation every summed step answered a masked vector (checked in _arrays).
     begin = next(b for _, p, b, _ in log if p.endswith("/steps/begin"))
-    finish_size = sum(int(np.prod(v.shape)) for v in unpack_tree(begin)["public"].values()) + 1 + 3 * 3
+    # public gradients, the loss, (sse, sae, count) per split, the validation ranking sums (Σ NDCG@10, users)
+    finish_size = sum(int(np.prod(v.shape)) for v in unpack_tree(begin)["public"].values()) + 1 + 3 * 3 + 2
     for party, path, sent, answered in log:
         for body in (sent, answered):
             assert b"user-" not in body and b"item-" not in body, f"an id crossed the boundary at {path}"

@@ -81,7 +81,8 @@ def test_wire_audit_finds_nothing_of_the_non_aligned_users(done: tuple[Federatio
     with_private = {round(TINY_CONFIG["q_ratio"] * (n + 15)), n + 15}
     assert not with_private & {n, q, d}
     begin = next(b for _, p, b, _ in log if p.endswith("/steps/begin"))
-    finish_size = sum(int(np.prod(v.shape)) for v in unpack_tree(begin)["public"].values()) + 1 + 3 * 3
+    # public gradients, the loss, (sse, sae, count) per split, the validation ranking sums (Σ NDCG@10, users)
+    finish_size = sum(int(np.prod(v.shape)) for v in unpack_tree(begin)["public"].values()) + 1 + 3 * 3 + 2
     ids = [u.encode() for users in only.values() for u in users]
     seen = set()
     for party, path, sent, answered in log:

@@ -46,8 +46,9 @@ def test_no_body_carries_a_negative_item_id_or_an_item_count(
     assert not per_item & {n, q, d, 1, 2, 3}, "sizes must be distinguishable for this check to mean anything"
     # the ranking objective adds no public parameter: uploads carry exactly the rating model's gradients
     arrays = build_public(config=model_config(TrainConfig(**TINY_CONFIG)), n_users=n, seed=0).arrays()
-    # secure aggregation (the default): one masked vector of the public gradients, the loss and 3 × 3 error sums
-    masked_size = sum(a.size for a in arrays.values()) + 1 + 3 * 3
+    # secure aggregation (the default): one masked vector of the public gradients, the loss, 3 × 3 error sums
+    # and the validation ranking sums (Σ NDCG@10, users)
+    masked_size = sum(a.size for a in arrays.values()) + 1 + 3 * 3 + 2
     seen_uploads = 0
     for party, path, sent, answered in log:
         for body in (sent, answered):

@@ -30,7 +30,8 @@ def _stored(url: str) -> tuple[set[str], list[str], set[str]]:
 
 def test_older_releases_are_pruned_everywhere(tmp_path: Path) -> None:
     # A wide gate: every run's release becomes active, so retention alone decides what stays.
-    with federation(tmp_path, n_parties=2, releases_keep=2, release_tolerance=100.0) as fed:
+    with federation(tmp_path, n_parties=2, releases_keep=2, release_tolerance=100.0,
+                    release_ndcg_tolerance=1.0) as fed:
         runs = []
         for seed in range(3):
             run = fed.client.create_run(rounds=1, min_parties=2, seed=seed, config=TINY_CONFIG)

@@ -91,6 +91,8 @@ def test_release_life(fed: Federation) -> None:
     assert second["state"] == "staged", second
     assert "promotion gate" in second["reason"] and f"{first['valid_rmse']:.4f}" in second["reason"]
     assert f"{second['valid_rmse']:.4f}" in second["reason"] and "release-2 staged" in worse["detail"]
+    assert first["valid_ndcg"] is not None and second["valid_ndcg"] is not None  # the gate's second figure
+    assert f"{first['valid_ndcg']:.4f}" in second["reason"] and f"{second['valid_ndcg']:.4f}" in second["reason"]
     assert {a["release_id"] for a in _answers(fed).values()} == {"release-1"}
     refused = _activate(fed, "release-2")
     assert refused.status_code == 409 and "promotion gate" in refused.json()["detail"], refused.text

@@ -1,15 +1,16 @@
-"""Early stopping watches the pooled validation RMSE; rounds without one (implicit parties only) never stop a run."""
+"""Early stopping watches the pooled validation RMSE; when no party reports rating errors (every party implicit)
+it watches the pooled validation NDCG@10 (higher is better); rounds with neither never stop a run."""
 
 from __future__ import annotations
 
 import math
 
-from services.coordinator.runner import RunManager
+from services.coordinator.runner import RunManager, watched_figure, watched_loss
 from services.coordinator.runs import RoundRecord
 
 
-def _history(values: list[float]) -> list[RoundRecord]:
-    return [RoundRecord(t, ["a", "b"], {}, {"valid_rmse": v}) for t, v in enumerate(values)]
+def _history(values: list[float], key: str = "valid_rmse") -> list[RoundRecord]:
+    return [RoundRecord(t, ["a", "b"], {}, {key: v}) for t, v in enumerate(values)]
 
 
 def test_patience_rounds_without_a_better_validation_rmse_stop_the_run() -> None:
@@ -17,7 +18,36 @@ def test_patience_rounds_without_a_better_validation_rmse_stop_the_run() -> None
     assert not RunManager._stalled(_history([1.0, 0.9, 0.95, 0.96]), patience=3)
 
 
-def test_rounds_without_a_validation_rmse_never_stop_a_run() -> None:
+def test_rounds_without_a_validation_figure_never_stop_a_run() -> None:
     assert not RunManager._stalled(_history([math.nan] * 10), patience=3)
+    assert not RunManager._stalled([RoundRecord(t, ["a"], {}, {"loss": 1.0}) for t in range(10)], patience=3)
     # a nan round among finite ones is not a "better" round either
     assert RunManager._stalled(_history([1.0, 0.9, math.nan, 0.95, 0.96]), patience=3)
+
+
+def test_without_rating_errors_the_validation_ndcg_decides_higher_is_better() -> None:
+    ndcg = _history([0.10, 0.20, 0.19, 0.18, 0.17], key="valid_ndcg@10")
+    assert watched_figure([r.metrics for r in ndcg]) == "valid_ndcg@10"
+    assert RunManager._stalled(ndcg, patience=3) and not RunManager._stalled(ndcg[:4], patience=3)
+    assert not RunManager._stalled(_history([0.10, 0.20, 0.21, 0.22, 0.23], key="valid_ndcg@10"), patience=3)
+    assert RunManager._best(ndcg) == (1, -0.20)  # the kept round: the best NDCG
+
+
+def test_rating_errors_decide_when_any_party_reports_them() -> None:
+    # a mixed federation reports both: RMSE decides, exactly as before NDCG was reported
+    both = [RoundRecord(t, ["a", "b"], {}, {"valid_rmse": r, "valid_ndcg@10": n})
+            for t, (r, n) in enumerate([(1.0, 0.1), (0.9, 0.1), (0.95, 0.3), (0.96, 0.4), (0.97, 0.5)])]
+    assert watched_figure([r.metrics for r in both]) == "valid_rmse"
+    assert RunManager._stalled(both, patience=3) and RunManager._best(both) == (1, 0.9)
+    assert watched_loss({"valid_rmse": 0.9, "valid_ndcg@10": 0.3}, "valid_rmse") == 0.9
+    assert watched_loss({"valid_ndcg@10": 0.3}, "valid_ndcg@10") == -0.3
+    assert watched_loss({"valid_ndcg@10": 0.3}, None) is None
+
+
+def test_the_ranking_figure_stops_after_rank_patience_and_the_rmse_after_patience() -> None:
+    ndcg = _history([0.10, 0.20, 0.19, 0.18, 0.17, 0.16], key="valid_ndcg@10")
+    assert not RunManager._stalled(ndcg, patience=3, rank_patience=5)
+    longer = ndcg + [RoundRecord(6, ["a", "b"], {}, {"valid_ndcg@10": 0.15})]
+    assert RunManager._stalled(longer, patience=3, rank_patience=5)
+    rmse = _history([1.0, 0.9, 0.95, 0.96, 0.97])
+    assert RunManager._stalled(rmse, patience=3, rank_patience=50), "rank_patience never delays an RMSE stop"

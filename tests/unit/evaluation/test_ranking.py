@@ -79,3 +79,27 @@ def test_evaluate_scores_full_ranking() -> None:
     out = ranking.evaluate_scores(scores, seen=seen, relevant=relevant, train_counts=np.arange(4), ks=(1, 4))
     assert out["recall@1"] == pytest.approx(0.5)  # user 0's first unseen is item 1; user 1's first is item 3
     assert out["ndcg@4"] == pytest.approx((1 + 1 / math.log2(5)) / 2)
+
+
+@pytest.mark.parametrize("shape", [(40, 30), (7, 3), (25, 10), (5, 200)])
+def test_partial_top_k_is_top_k_with_ties_and_short_rows(shape: tuple[int, int]) -> None:
+    rng = np.random.default_rng(shape[1])
+    scores = rng.integers(0, 4, shape).astype(np.float32)  # many ties: order must be by column among equals
+    seen = rng.random(shape) < 0.5
+    seen[0] = True  # a row without candidates
+    seen[1, 2:] = True  # a row with fewer than k candidates
+    for k in (1, 3, 10):
+        np.testing.assert_array_equal(ranking.top_k_columns(scores, seen, k), ranking.top_k(scores, seen, k)[0])
+
+
+def test_ndcg_sum_is_the_sum_of_the_users_ndcg() -> None:
+    rng = np.random.default_rng(5)
+    scores, seen = rng.standard_normal((30, 50)), rng.random((30, 50)) < 0.3
+    relevant = [set(rng.choice(50, 3, replace=False).tolist()) for _ in range(30)]
+    top, _ = ranking.top_k(scores, seen, 10)
+    expected = sum(ranking.ndcg_at_k([int(x) for x in row if x >= 0], rel, 10) for row, rel in zip(top, relevant))
+    mask = np.zeros((30, 50), dtype=bool)
+    for u, rel in enumerate(relevant[:-1]):  # the last user has no relevant item: counts 0
+        mask[u, list(rel)] = True
+    expected -= ranking.ndcg_at_k([int(x) for x in top[-1] if x >= 0], relevant[-1], 10)
+    assert ranking.ndcg_sum(scores, seen, mask, 10) == pytest.approx(expected, rel=1e-12)

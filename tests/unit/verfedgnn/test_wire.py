@@ -14,11 +14,13 @@ from services.verfedgnn.types import GradientUpload, MetricSums, QuantizedArray
 
 def test_gradient_upload_round_trip_is_exact_and_checked() -> None:
     q = QuantizedArray((4, 3), 3.0, np.array([0, 5, 11], np.int64), np.array([1, -1, 1], np.int8))
-    up = GradientUpload("p0", 7, 12.5, quantized={"user_emb": q}, metrics={"test": MetricSums(4.0, 2.0, 9)})
+    up = GradientUpload("p0", 7, 12.5, quantized={"user_emb": q},
+                        metrics={"test": MetricSums(4.0, 2.0, 9), "valid": MetricSums(1.0, 1.0, 2, 3.25, 7)})
     data = encode_upload(up)
     back = decode_upload(data, party_id="p0", round_index=7)
     assert back.quantized["user_emb"].shape == (4, 3) and np.array_equal(back.quantized["user_emb"].indices, q.indices)
     assert np.array_equal(back.quantized["user_emb"].signs, q.signs) and back.metrics["test"] == MetricSums(4.0, 2.0, 9)
+    assert back.metrics["valid"] == MetricSums(1.0, 1.0, 2, 3.25, 7)  # the validation ranking sums travel too
     with pytest.raises(ProtocolError):
         decode_upload(data, party_id="p1", round_index=7)
     with pytest.raises(ProtocolError):
