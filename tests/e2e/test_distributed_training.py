@@ -19,6 +19,7 @@ import pytest
 from cli.localfed import CoordinatorClient, coordinator_proc, load_party, party_proc, start_all
 from services.verfedgnn.config import run_config
 from services.verfedgnn.reference import run_reference
+from tests.e2e.test_federation_nonaligned_http import partial_overlap
 from tests.support.federation import TINY_CONFIG, tiny_parties
 
 pytestmark = [pytest.mark.slow]
@@ -111,3 +112,35 @@ def test_two_training_ranks_match_one_process_and_leave(tmp_path: Path) -> None:
         for proc in procs:
             proc.stop()
     assert _gone(seen | live, timeout=30), "a training worker outlived its party"
+
+
+def test_a_party_with_users_outside_the_intersection_trains_in_one_process(tmp_path: Path) -> None:
+    """PARTY_TRAIN_WORKERS=2 at a party that also holds non-aligned users: no worker is spawned (the sharded
+    trainer does not train private user rows), the run completes, and it is the in-process run with them."""
+    datasets, _ = partial_overlap()
+    env = {"PARTY_TRAIN_WORKERS": "2", "PARTY_TRAIN_IDLE_S": "12", "PARTY_TRAIN_TIMEOUT_S": "60"}
+    parties = {"p0": party_proc("p0", tmp_path, extra_env=env), "p1": party_proc("p1", tmp_path)}
+    coordinator = coordinator_proc(tmp_path, extra_env={"COORD_PAUSE_POLL_S": "0.2", "COORD_MAX_RETRIES": "0"})
+    procs = [*parties.values(), coordinator]
+    seen: set[int] = set()
+    try:
+        start_all(procs, timeout=180)
+        with httpx.Client(timeout=120) as http:
+            for pid, proc in parties.items():
+                load_party(http, proc.url, datasets[pid])
+        client = CoordinatorClient(coordinator.url, http=httpx.Client(timeout=60))
+        for pid, proc in parties.items():
+            client.register(pid, proc.url)
+        party0 = parties["p0"].popen
+        assert party0 is not None
+        run = client.create_run(rounds=ROUNDS, min_parties=2, seed=SEED, config=TINY_CONFIG)
+        status = client.wait(run["run_id"], timeout=120, on_poll=lambda _: seen.update(_workers(party0.pid)))
+        assert status["state"] == "completed", status["detail"]
+        assert not seen, f"p0 holds users outside the intersection: it must train in one process, saw {seen}"
+        ref = run_reference(parties=datasets, config=run_config(TINY_CONFIG, seed=SEED, rounds=ROUNDS),
+                            rounds=ROUNDS)
+        http_rmse = [r["metrics"]["test_rmse"] for r in status["rounds"]]
+        assert max(abs(a - b) for a, b in zip(http_rmse, [h.rmse["test"] for h in ref.history])) < 1e-4
+    finally:
+        for proc in procs:
+            proc.stop()
