@@ -13,17 +13,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from cli.localfed import CoordinatorClient, coordinator_proc, load_party, party_proc, start_all
+from cli.localfed import party_proc
 from services.verfedgnn.config import run_config
 from services.verfedgnn.reference import run_reference
 from tests.e2e.test_federation_nonaligned_http import partial_overlap
-from tests.support.federation import TINY_CONFIG, tiny_parties
+from tests.support.federation import TINY_CONFIG, process_federation, tiny_parties
 
 pytestmark = [pytest.mark.slow]
 ROUNDS, SEED = 6, 3
+TRAIN_ENV = {"PARTY_TRAIN_WORKERS": "2", "PARTY_TRAIN_IDLE_S": "12", "PARTY_TRAIN_TIMEOUT_S": "60"}
+COORD_ENV = {"COORD_PAUSE_POLL_S": "0.2", "COORD_MAX_RETRIES": "0"}
 WORKER_MODULE = b"services.verfedgnn.distributed"
 
 
@@ -62,22 +63,18 @@ def _gone(pids: set[int], timeout: float) -> bool:
     return False
 
 
+def _party(env: dict[str, str]) -> Any:
+    """p0 with `env` (its training ranks), the other parties in one process."""
+    return lambda pid, root: party_proc(pid, root, extra_env=env if pid == "p0" else None)
+
+
 def test_two_training_ranks_match_one_process_and_leave(tmp_path: Path) -> None:
     datasets = tiny_parties(2)
-    env = {"PARTY_TRAIN_WORKERS": "2", "PARTY_TRAIN_IDLE_S": "12", "PARTY_TRAIN_TIMEOUT_S": "60"}
-    parties = {"p0": party_proc("p0", tmp_path, extra_env=env), "p1": party_proc("p1", tmp_path)}
-    coordinator = coordinator_proc(tmp_path, extra_env={"COORD_PAUSE_POLL_S": "0.2", "COORD_MAX_RETRIES": "0"})
-    procs = [*parties.values(), coordinator]
     seen: set[int] = set()
-    try:
-        start_all(procs, timeout=180)
-        with httpx.Client(timeout=120) as http:
-            for pid, proc in parties.items():
-                load_party(http, proc.url, datasets[pid])
-        client = CoordinatorClient(coordinator.url, http=httpx.Client(timeout=60))
-        for pid, proc in parties.items():
-            client.register(pid, proc.url)
-        party0 = parties["p0"].popen
+    live: set[int] = set()
+    with process_federation(tmp_path, datasets, party=_party(TRAIN_ENV), coordinator_env=COORD_ENV) as fed:
+        client = fed.client
+        party0 = fed.parties["p0"].popen
         assert party0 is not None
 
         def watch(_: dict[str, Any]) -> None:
@@ -108,9 +105,6 @@ def test_two_training_ranks_match_one_process_and_leave(tmp_path: Path) -> None:
         assert again["state"] == "completed", again["detail"]
         assert abs(again["rounds"][-1]["metrics"]["test_rmse"] - ref_rmse[1]) < 1e-4
         live = _workers(party0.pid)
-    finally:
-        for proc in procs:
-            proc.stop()
     assert _gone(seen | live, timeout=30), "a training worker outlived its party"
 
 
@@ -118,29 +112,15 @@ def test_a_party_with_users_outside_the_intersection_trains_in_one_process(tmp_p
     """PARTY_TRAIN_WORKERS=2 at a party that also holds non-aligned users: no worker is spawned (the sharded
     trainer does not train private user rows), the run completes, and it is the in-process run with them."""
     datasets, _ = partial_overlap()
-    env = {"PARTY_TRAIN_WORKERS": "2", "PARTY_TRAIN_IDLE_S": "12", "PARTY_TRAIN_TIMEOUT_S": "60"}
-    parties = {"p0": party_proc("p0", tmp_path, extra_env=env), "p1": party_proc("p1", tmp_path)}
-    coordinator = coordinator_proc(tmp_path, extra_env={"COORD_PAUSE_POLL_S": "0.2", "COORD_MAX_RETRIES": "0"})
-    procs = [*parties.values(), coordinator]
     seen: set[int] = set()
-    try:
-        start_all(procs, timeout=180)
-        with httpx.Client(timeout=120) as http:
-            for pid, proc in parties.items():
-                load_party(http, proc.url, datasets[pid])
-        client = CoordinatorClient(coordinator.url, http=httpx.Client(timeout=60))
-        for pid, proc in parties.items():
-            client.register(pid, proc.url)
-        party0 = parties["p0"].popen
+    with process_federation(tmp_path, datasets, party=_party(TRAIN_ENV), coordinator_env=COORD_ENV) as fed:
+        party0 = fed.parties["p0"].popen
         assert party0 is not None
-        run = client.create_run(rounds=ROUNDS, min_parties=2, seed=SEED, config=TINY_CONFIG)
-        status = client.wait(run["run_id"], timeout=120, on_poll=lambda _: seen.update(_workers(party0.pid)))
+        run = fed.client.create_run(rounds=ROUNDS, min_parties=2, seed=SEED, config=TINY_CONFIG)
+        status = fed.client.wait(run["run_id"], timeout=120, on_poll=lambda _: seen.update(_workers(party0.pid)))
         assert status["state"] == "completed", status["detail"]
         assert not seen, f"p0 holds users outside the intersection: it must train in one process, saw {seen}"
         ref = run_reference(parties=datasets, config=run_config(TINY_CONFIG, seed=SEED, rounds=ROUNDS),
                             rounds=ROUNDS)
         http_rmse = [r["metrics"]["test_rmse"] for r in status["rounds"]]
         assert max(abs(a - b) for a, b in zip(http_rmse, [h.rmse["test"] for h in ref.history])) < 1e-4
-    finally:
-        for proc in procs:
-            proc.stop()

@@ -26,13 +26,10 @@ from cli.localfed import (
     COORD_TOKEN,
     CoordinatorClient,
     Proc,
-    coordinator_proc,
-    load_party,
     party_proc,
-    start_all,
 )
 from services.protocol import PROTOCOL_VERSION
-from tests.support.federation import TINY_CONFIG, tiny_parties
+from tests.support.federation import TINY_CONFIG, process_federation, tiny_parties
 from tests.support.relay import FreshConnectionRelay
 from tests.support.servers import LiveServer
 
@@ -87,25 +84,14 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     """p0 with two API workers, p1 with one process, a coordinator without step retries; one run published."""
     root = tmp_path_factory.mktemp("roles")
     datasets = tiny_parties(2)
-    parties = {"p0": party_proc("p0", root, workers=2), "p1": party_proc("p1", root)}
-    coordinator = coordinator_proc(root, extra_env={"COORD_MAX_RETRIES": "0", "COORD_PAUSE_POLL_S": "0.2",
-                                                    "COORD_REQUEST_TIMEOUT_S": "60"})
-    procs = [*parties.values(), coordinator]
-    try:
-        start_all(procs, timeout=180)
-        with httpx.Client(timeout=120) as http:
-            for pid, proc in parties.items():
-                load_party(http, proc.url, datasets[pid])
-        client = CoordinatorClient(coordinator.url, http=httpx.Client(timeout=60))
-        for pid, proc in parties.items():
-            client.register(pid, proc.url)
+    with process_federation(root, datasets,
+                            party=lambda pid, at: party_proc(pid, at, workers=2 if pid == "p0" else 1),
+                            coordinator_env={"COORD_MAX_RETRIES": "0", "COORD_PAUSE_POLL_S": "0.2",
+                                             "COORD_REQUEST_TIMEOUT_S": "60"}) as fed:
         users = sorted({str(u) for u in datasets["p0"].train.user_ids.tolist()})
-        ready = Setup(parties, coordinator, client, users)
-        _assert_clean(_train(client, seed=1), ready)  # a published model for the serving load below
+        ready = Setup(fed.parties, fed.coordinator, fed.client, users)
+        _assert_clean(_train(fed.client, seed=1), ready)  # a published model for the serving load below
         yield ready
-    finally:
-        for proc in procs:
-            proc.stop()
 
 
 class Load:

@@ -11,7 +11,16 @@ from typing import Any
 import httpx
 import numpy as np
 
-from cli.localfed import ADMIN, API_KEY, COORD_TOKEN, CoordinatorClient, load_party
+from cli.localfed import (
+    ADMIN,
+    API_KEY,
+    COORD_TOKEN,
+    CoordinatorClient,
+    Proc,
+    coordinator_proc,
+    load_party,
+    start_all,
+)
 from coordinator_api.main import create_app as coordinator_app
 from party_api.main import create_app as party_app
 from services.config import CoordinatorSettings, PartySettings
@@ -107,3 +116,34 @@ def federation(root: Path, *, n_parties: int = 3, wrap: Callable[[str, Any], Any
         for pid, live in servers.items():
             client.register(pid, live.url)
         yield Federation(servers, coordinator, datasets, root, client, http)
+
+
+@dataclass
+class ProcessFederation:
+    """Live party and coordinator processes with data loaded and parties registered."""
+
+    parties: dict[str, Proc]
+    coordinator: Proc
+    client: CoordinatorClient
+
+
+@contextmanager
+def process_federation(root: Path, datasets: dict[str, Dataset], *, party: Callable[[str, Path], Proc],
+                       coordinator_env: dict[str, str]) -> Iterator[ProcessFederation]:
+    """Start `party(pid, root)` for each data set and a coordinator process, load the data, register the parties;
+    every process is stopped on exit."""
+    parties = {pid: party(pid, root) for pid in datasets}
+    coordinator = coordinator_proc(root, extra_env=coordinator_env)
+    procs = [*parties.values(), coordinator]
+    try:
+        start_all(procs, timeout=180)
+        with httpx.Client(timeout=120) as http:
+            for pid, proc in parties.items():
+                load_party(http, proc.url, datasets[pid])
+        client = CoordinatorClient(coordinator.url, http=httpx.Client(timeout=60))
+        for pid, proc in parties.items():
+            client.register(pid, proc.url)
+        yield ProcessFederation(parties, coordinator, client)
+    finally:
+        for proc in procs:
+            proc.stop()
