@@ -15,11 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from models.metrics import RELEVANT_THRESHOLD, ndcg_sum, top_k_columns
+from models.metrics import RELEVANT_THRESHOLD, top_k_columns
 
 KS = (10, 20)
 SUMMARY_K = 10
-__all__ = ["RELEVANT_THRESHOLD", "ndcg_sum", "top_k_columns"]  # the parties' validation ranking (models.metrics)
 
 
 def recall_at_k(ranked: Sequence[Hashable], relevant: set[Any], k: int) -> float:
@@ -92,16 +91,9 @@ def top_k(scores: np.ndarray, seen: np.ndarray, k: int) -> tuple[np.ndarray, np.
     Returns:
         (U, k) int64 columns and (U, k) float64 scores.
     """
-    s = np.where(seen, -np.inf, scores.astype(np.float64))
-    k_eff = min(k, s.shape[1])
-    order = np.argsort(-s, axis=1, kind="stable")[:, :k_eff]
-    top = np.take_along_axis(s, order, axis=1)
-    cols = np.where(np.isfinite(top), order, -1)
-    if k_eff < k:
-        pad = k - k_eff
-        cols = np.pad(cols, ((0, 0), (0, pad)), constant_values=-1)
-        top = np.pad(top, ((0, 0), (0, pad)), constant_values=-np.inf)
-    return cols.astype(np.int64), top
+    cols = top_k_columns(scores, seen, k)  # the one top-k: what the parties' validation ranking reports
+    picked = np.take_along_axis(scores.astype(np.float64), np.maximum(cols, 0), axis=1)
+    return cols, np.where(cols >= 0, picked, -np.inf)
 
 
 def merge_top_k(parts: Sequence[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from models.metrics import ndcg_sum, top_k_columns
 from services.evaluation import ranking
 
 
@@ -88,8 +89,18 @@ def test_partial_top_k_is_top_k_with_ties_and_short_rows(shape: tuple[int, int])
     seen = rng.random(shape) < 0.5
     seen[0] = True  # a row without candidates
     seen[1, 2:] = True  # a row with fewer than k candidates
+    masked = np.where(seen, -np.inf, scores.astype(np.float64))
+    full = np.argsort(-masked, axis=1, kind="stable")  # the definition: a full stable sort, lower column first
     for k in (1, 3, 10):
-        np.testing.assert_array_equal(ranking.top_k_columns(scores, seen, k), ranking.top_k(scores, seen, k)[0])
+        k_eff = min(k, shape[1])
+        want = np.full((shape[0], k), -1, dtype=np.int64)
+        want[:, :k_eff] = np.where(np.isfinite(np.take_along_axis(masked, full[:, :k_eff], axis=1)),
+                                   full[:, :k_eff], -1)
+        np.testing.assert_array_equal(top_k_columns(scores, seen, k), want)
+        cols, top = ranking.top_k(scores, seen, k)
+        np.testing.assert_array_equal(cols, want)
+        assert np.array_equal(top[cols < 0], np.full((cols < 0).sum(), -np.inf))
+        np.testing.assert_array_equal(top[cols >= 0], np.take_along_axis(masked, np.maximum(want, 0), axis=1)[cols >= 0])
 
 
 def test_ndcg_sum_is_the_sum_of_the_users_ndcg() -> None:
@@ -102,4 +113,4 @@ def test_ndcg_sum_is_the_sum_of_the_users_ndcg() -> None:
     for u, rel in enumerate(relevant[:-1]):  # the last user has no relevant item: counts 0
         mask[u, list(rel)] = True
     expected -= ranking.ndcg_at_k([int(x) for x in top[-1] if x >= 0], relevant[-1], 10)
-    assert ranking.ndcg_sum(scores, seen, mask, 10) == pytest.approx(expected, rel=1e-12)
+    assert ndcg_sum(scores, seen, mask, 10) == pytest.approx(expected, rel=1e-12)
