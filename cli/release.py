@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -29,11 +29,33 @@ def list_releases(url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt = None,
     out.print(table if listed else "no releases")
 
 
+def value_table(report: dict[str, list[dict[str, Any]]]) -> Table:
+    """The value report as a table: per party and slice, validation NDCG@10 alone, federated, served."""
+    table = Table("party", "slice", "users", "alone (EASE)", "federated", "served", "served vs alone",
+                  title="value report: validation NDCG@10 per slice of each party's users")
+    for party, rows in sorted(report.items()):
+        for r in rows:
+            gain = r["served_ndcg10"] - r["local_ndcg10"]
+            table.add_row(party, r["slice"], str(r["users"]), _figure(r["local_ndcg10"]),
+                          _figure(r["federated_ndcg10"]), _figure(r["served_ndcg10"]), f"{gain:+.4f}")
+    return table
+
+
 @reported
-def show(release_id: str, url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt = None, *, tls: Tls) -> None:
-    """Show one release as JSON."""
+def show(release_id: str, url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt = None,
+         as_json: Annotated[bool, typer.Option("--json", help="the whole record as JSON")] = False, *,
+         tls: Tls) -> None:
+    """Show one release: its record, then its value report as a table (--json: the record as JSON)."""
     with client(url, token, tls) as c:
-        out.print_json(data=checked(c.get(f"/v1/releases/{release_id}")))
+        row = checked(c.get(f"/v1/releases/{release_id}"))
+    if as_json:
+        out.print_json(data=row)
+        return
+    out.print(f"release {row['release_id']}: {row['state']} ({escape(row['reason'])})")
+    out.print(f"run {row['run_id']} round {row['round_index']}, valid RMSE {_figure(row['valid_rmse'])}, "
+              f"valid NDCG@10 {_figure(row.get('valid_ndcg'))}")
+    report = row.get("value_report")
+    out.print(value_table(report) if report else "no value report (no party reported one)")
 
 
 @reported

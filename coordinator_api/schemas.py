@@ -151,12 +151,14 @@ class TrainingRunRead(BaseModel):
 
 
 class MergedItem(BaseModel):
-    """An item, the party that holds it and its predicted rating (or popularity count)."""
+    """An item, the party that holds it and its score: the party's served log-odds (or ranking score, or popularity
+    count)."""
 
     party_id: str
     item_id: str
     score: float
-    fallback: str | None
+    fallback: str | None = Field(description='null: the party\'s model ranked it; "local": its own EASE alone (a user '
+                                             'its federated model has no row for); "popularity": most rated items')
 
 
 class MergedRecommendations(BaseModel):
@@ -237,6 +239,16 @@ class FederatedErasure(BaseModel):
                                        "false: send the same request again once those parties are back")
 
 
+class SliceValueRead(BaseModel):
+    """One slice of a party's users: validation NDCG@10 alone, federated and served."""
+
+    slice: str
+    users: int
+    local_ndcg10: float
+    federated_ndcg10: float
+    served_ndcg10: float
+
+
 class ReleaseRead(BaseModel):
     """A release: the serving model of a completed run, its pooled validation figures and its state."""
 
@@ -254,6 +266,10 @@ class ReleaseRead(BaseModel):
     staged: list[str] = Field(description="parties that stored the model under this release")
     warm_start_from: str | None = Field(default=None, description="the release its run warm-started from "
                                         "(None: a cold run)")
+    value_report: dict[str, list[SliceValueRead]] | None = Field(
+        default=None, description="what each party gains: per slice of its users, validation NDCG@10 of the party "
+                                  "alone (its own EASE), the federated model and what it serves (the blend); each "
+                                  "party's own figures, reported when it staged the release (None: none reported)")
     created_at: Timestamp
     activated_at: Timestamp | None
     updated_at: Timestamp

@@ -231,10 +231,24 @@ class KeepBestRequest(BaseModel):
     round_index: int = Field(ge=0)
 
 
+class SliceValue(BaseModel):
+    """One slice of a party's users in the value report: validation NDCG@10 alone, federated and served."""
+
+    slice: str = Field(description="all, aligned_warm, aligned_cold, private_warm or private_cold (cold: ≤ 2 items "
+                                   "of history; private: users outside the intersection)")
+    users: int = Field(description="validation users of the slice with a relevant item (slices under 10 are left out)")
+    local_ndcg10: float = Field(description="the party alone: its own EASE")
+    federated_ndcg10: float = Field(description="the federated model alone")
+    served_ndcg10: float = Field(description="what the party serves: the per-slice blend of the two")
+
+
 class PublishResponse(BaseModel):
-    """Version of the stored serving model."""
+    """Version of the stored serving model, and what the party gains on its validation split (value report)."""
 
     version: int
+    value: list[SliceValue] = Field(default_factory=list,
+                                    description="per slice of the party's users; empty when the protocol has no local "
+                                                "ranking or the party too few validation users")
 
 
 class SplitRow(BaseModel):
@@ -308,7 +322,8 @@ class PredictionResponse(BaseModel):
 
 
 class RecommendedItem(BaseModel):
-    """An item and its score (predicted rating, or rating count for the popularity fallback)."""
+    """An item and its score: the calibrated log-odds of the served blend (federated + the party's local EASE), the
+    ranking score of a model published without a local ranking, or the rating count for the popularity fallback."""
 
     item_id: str
     score: float
@@ -319,7 +334,8 @@ class RecommendationResponse(BaseModel):
 
     user_id: str
     items: list[RecommendedItem]
-    fallback: str | None
+    fallback: str | None = Field(description='null: the model ranked; "local": the party\'s own EASE alone (a user '
+                                             'the federated model has no row for); "popularity": most rated items')
     model_version: int
     run_id: str
     release_id: str | None = Field(description="the coordinator release answering (null: a model published without one)")

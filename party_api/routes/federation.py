@@ -20,6 +20,7 @@ from party_api.schemas import (
     ReleaseActivated,
     ReleasesPrune,
     ReleasesPruned,
+    SliceValue,
     SplitRequest,
     SplitResponse,
 )
@@ -133,10 +134,10 @@ def keep_best(run_id: NamePath, body: KeepBestRequest, fed: FedDep) -> PublishRe
 @router.post("/runs/{run_id}/publish", response_model=PublishResponse, openapi_extra=SMALL)
 def publish(run_id: NamePath, body: PublishRequest, fed: FedDep, cache: CacheDep) -> PublishResponse:
     """Store the serving model of the run: served at once, or staged under `release_id` until activated."""
-    version = fed.publish(run_id=run_id, round_index=body.round_index, release_id=body.release_id)
+    version, value = fed.publish(run_id=run_id, round_index=body.round_index, release_id=body.release_id)
     if body.release_id is None:
         cache.refresh()  # this process serves the new model from the answer on
-    return PublishResponse(version=version)
+    return PublishResponse(version=version, value=[SliceValue(**row) for row in value])
 
 
 @router.post("/releases/{release_id}/activate", response_model=ReleaseActivated)

@@ -175,7 +175,8 @@ def _outcome(outcome: str, reason: str | None = None, *, interactions_deleted: i
 
 def merge_recommendations(answers: dict[str, dict[str, Any] | str | None], failures: dict[str, str], *,
                           user_id: str, k: int) -> dict[str, Any]:
-    """The parties' top-k lists merged by score: predicted ratings first, popularity fallbacks after."""
+    """The parties' top-k lists merged by score: model scores first (a party's served blend and its local EASE
+    alone are both calibrated log-odds, one scale), popularity fallbacks after."""
     items: list[dict[str, Any]] = []
     unknown = 0
     for pid, body in answers.items():
@@ -190,8 +191,8 @@ def merge_recommendations(answers: dict[str, dict[str, Any] | str | None], failu
         raise PartyUnavailable(f"no party answered: {failures}")
     if unknown and unknown == len(answers) and not failures:
         raise NotFound(f"user {user_id!r} is unknown to every party", extra={"field": "user_id"})
-    # Predicted ratings rank above popularity counts, which are on another scale.
-    items.sort(key=lambda it: (it["fallback"] is not None, -it["score"]))
+    # Model scores rank above popularity counts, which are on another scale.
+    items.sort(key=lambda it: (it["fallback"] == "popularity", -it["score"]))
     return {"user_id": user_id, "items": items[:k], "unavailable": failures, "partial": bool(failures)}
 
 

@@ -134,7 +134,9 @@ class Releases:
             row = get(session=session, release_id=release_id)
             reason = "" if not failures else "not staged at " + "; ".join(
                 f"{p} ({why})" for p, why in sorted(failures.items()))
-            _set(session, row, staged=sorted(answers), reason=reason or "staged at every party")
+            report = {p: rows for p, (_, rows) in sorted(answers.items()) if rows}
+            _set(session, row, staged=sorted(answers), reason=reason or "staged at every party",
+                 value_report=report or None)
         if failures:
             self.prune()
             return self.read(release_id)

@@ -7,6 +7,7 @@ are the parties' lists merged as the coordinator's fan-out merges them (`topk.ev
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from services.data.types import Dataset
 from services.evaluation import ranking, ranking_baselines, topk
 from services.evaluation.harness import RoundCallback, alone, ensure_validation
 from services.evaluation.runner import load_dataset
+from services.evaluation.served import served_all
 from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.reference import party_datas
 from services.verfedgnn.types import PartyData
@@ -63,10 +65,23 @@ def pick(figures: Mapping[str, float]) -> dict[str, float]:
     return {k: float(figures[k]) for k in KEYS}
 
 
+def validation_view(parties: Mapping[str, PartyData]) -> topk.RankingView:
+    """The ranking view of the validation split: candidates outside train, relevant = validation ratings ≥ 4."""
+    return topk.ranking_view({p: replace(d, valid=d.train.subset(d.train.users < 0), test=d.valid)
+                              for p, d in parties.items()})
+
+
 def run_federated(parties: Mapping[str, PartyData], view: topk.RankingView, *, config: TrainConfig,
-                  on_round: RoundCallback | None = None, curve_every: int = 10) -> tuple[dict[str, Any], Curve]:
-    """Federated figures (merged lists, RMSE, best round, party shares) and per-party figures; NDCG over rounds."""
+                  on_round: RoundCallback | None = None, curve_every: int = 10,
+                  seed: int = 0) -> tuple[dict[str, Any], Curve]:
+    """Federated figures (merged lists, RMSE, best round, party shares) and per-party figures; NDCG over rounds.
+
+    The round kept is the one with the best merged validation NDCG@10 (what top-K serves, as the
+    coordinator keeps it). `federated` is the served list: each party's federated scores blended with
+    its local EASE (`services.evaluation.served`); `federated_unblended` the federated scores alone.
+    """
     curve: Curve = []
+    valid_view = validation_view(parties)
     rmse_by_round: dict[int, float] = {}
 
     def note(name: str, m: Any) -> None:
@@ -79,17 +94,29 @@ def run_federated(parties: Mapping[str, PartyData], view: topk.RankingView, *, c
             f = topk.evaluate_federation(view, scores)
             curve.append({"round": t, "ndcg@10": f["ndcg@10"]})
 
-    run = topk.train_ranked(parties, config=config, protocol="federated", on_round=note, on_model=on_model)
+    def valid_loss(scores: dict[str, np.ndarray]) -> float:
+        return 1.0 - topk.evaluate_federation(valid_view, scores)["ndcg@10"]
+
+    run = topk.train_ranked(parties, config=config, protocol="federated", on_round=note, on_model=on_model,
+                            valid_loss=valid_loss)
     for point in curve:  # a round's scores come before its metrics are noted
         point["valid_rmse"] = rmse_by_round.get(int(point["round"]), float("nan"))
-    scores = run.scores()
+    fed = run.scores()
+    blended = served_all(parties, fed, seed=seed)
+    scores = {p: s.scores for p, s in blended.items()}
     merged = topk.evaluate_federation(view, scores)
     out: dict[str, Any] = {**pick(merged), "rmse": run.result.rmse, "best_round": run.result.best_round,
                            "share_shown": {p: merged[f"share_shown:{p}"] for p in view.party_ids},
                            "share_relevant": {p: merged[f"share_relevant:{p}"] for p in view.party_ids}}
     per_party = [{"party": p, **pick(topk.evaluate_party(view, p, scores[p])),
+                  "federated_unblended_ndcg@10": topk.evaluate_party(view, p, fed[p])["ndcg@10"],
+                  "local_ease_ndcg@10": topk.evaluate_party(view, p, blended[p].local)["ndcg@10"],
+                  "blend_weights": blended[p].model.blend.weights.tolist(),
                   "rmse": run.result.per_party[p]["rmse"]} for p in view.party_ids]
-    return {"federated": out, "federated_per_party": per_party}, curve
+    unblended = topk.evaluate_federation(view, fed)
+    local = topk.evaluate_federation(view, {p: s.local for p, s in blended.items()})
+    return {"federated": out, "federated_per_party": per_party, "federated_unblended": pick(unblended),
+            "local_ease_merged": pick(local)}, curve
 
 
 def run_local(parties: Mapping[str, PartyData], view: topk.RankingView, *, config: TrainConfig,

@@ -8,7 +8,7 @@ per round over `Link`s and answer the party side's steps through its `Handler`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -118,6 +118,11 @@ class ProtocolPlan(Protocol):
 
     def engine(self, *, config: Any, n_users: int, item_counts: Mapping[str, int], global_mean: float) -> Engine:
         """The coordinator side for one run."""
+        ...
+
+    def fit_local(self, data: Any, *, fed_rows: Callable[[np.ndarray], np.ndarray], seed: int) -> Any | None:
+        """The party's local ranking (`models.blend.LocalRanking`) fitted on its own split beside the federated
+        scores `fed_rows(rows)`; None where the protocol serves its federated scores alone."""
         ...
 
     def secure_by_default(self, config: Any) -> bool:

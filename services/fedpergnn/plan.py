@@ -8,7 +8,7 @@ uploads are summed as sent: FedPerGNN's design has no secure aggregation.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from concurrent.futures import Executor
 from typing import Any, Literal
@@ -113,6 +113,10 @@ class FedPerGNNPlan:
         """The coordinator's trainer and relay."""
         return FedPerGNNEngine(config, CoordinatorTrainer(config=config.train, n_users=n_users,
                                                           item_counts=item_counts, global_mean=global_mean))
+
+    def fit_local(self, data: Any, *, fed_rows: Callable[[np.ndarray], np.ndarray], seed: int) -> None:
+        """FedPerGNN serves its federated scores alone (no local ranking yet)."""
+        return None
 
     def secure_by_default(self, config: Any) -> bool:
         """FedPerGNN's uploads are LDP-noised and summed as sent (its design)."""

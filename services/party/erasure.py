@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from services.party.serving_cache import ModelCache
 
 TOMBSTONE = ""  # replaces an erased id in a run's alignment; ids are never empty
-PER_USER = ("user_ids", "h_u", "user_bias")  # the serving model's arrays with one row per aligned user
+PER_USER = ("user_ids", "h_u", "user_bias", "aligned")  # the serving model's arrays with one row per user
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -40,6 +40,7 @@ from services.protocol.federation import decode_points, encode_points, pack_tree
 from services.verfedgnn.distributed import Cluster
 
 KEEP_SNAPSHOTS = 3
+MIN_REPORT_USERS = 10  # a value-report slice with fewer validation users is left out (too few to mean anything)
 BEST_MODEL, BEST_TRAINER = "best-model:", "best-trainer:"  # + run id: the kept best round (version = round + 2)
 log = logging.getLogger("fedrec.party")
 PSI_TTL_S = 3600.0  # a PSI left unfinished this long is abandoned (it holds the user list and a secret)
@@ -461,18 +462,38 @@ class FederationService:
                 store.prune_artifact(session=session, name=name, below_version=version)
             return version
 
-    def publish(self, *, run_id: str, round_index: int, release_id: str | None = None) -> int:
+    def publish(self, *, run_id: str, round_index: int,
+                release_id: str | None = None) -> tuple[int, list[dict[str, Any]]]:
         """Store the model of `round_index` as the serving model (staged under `release_id` when given): the
-        latest finished round's, or the one kept for that round (`keep_best`); 409 for any other round."""
+        latest finished round's, or the one kept for that round (`keep_best`); 409 for any other round.
+
+        The party's local ranking is fitted here, on its own split beside that model (`ProtocolPlan.fit_local`),
+        and stored with it; returns (version, the value report's rows: validation NDCG@10 per slice).
+        """
         with self._lock, self.sessions() as session:
             run = self._run(session, run_id)
             kept = store.get_artifact(session=session, name=f"{BEST_MODEL}{run_id}", max_version=round_index + 2)
             if kept is not None and kept[0] == round_index + 2:
-                return publish(session=session, model=ServingModel.from_bytes(kept[1]), release_id=release_id)
-            if round_index != run.done:
+                model = ServingModel.from_bytes(kept[1])
+            elif round_index != run.done:
                 raise ProtocolError(f"round {round_index} is neither this party's latest finished round ({run.done}) "
                                     "nor one it kept", extra={"field": "round_index"})
-            return publish(session=session, model=self._serving(run, round_index), release_id=release_id)
+            else:
+                model = self._serving(run, round_index)
+            model, value = self._with_local(run, model)
+            return publish(session=session, model=model, release_id=release_id), value
+
+    def _with_local(self, run: _Run, model: ServingModel) -> tuple[ServingModel, list[dict[str, Any]]]:
+        """The model with the party's local ranking fitted beside it, and the value report's rows."""
+        if run.data is None:
+            return model, []
+        local = run.plan.fit_local(run.data, fed_rows=lambda rows: np.stack([model.user_scores(int(r)) for r in rows])
+                                   if len(rows) else np.zeros((0, len(model.item_ids))), seed=run.seed)
+        if local is None:
+            return model, []
+        value = [{"slice": f.slice, "users": f.users, "local_ndcg10": f.local, "federated_ndcg10": f.federated,
+                  "served_ndcg10": f.served} for f in local.figures if f.users >= MIN_REPORT_USERS]
+        return replace(model, local=local.to_tree()), value
 
     def _serving(self, run: _Run, round_index: int) -> ServingModel:
         """The serving model of the latest completed forward (the caller holds the lock)."""
@@ -493,4 +514,5 @@ class FederationService:
             global_bias=float(np.asarray(sm.get("global_bias", 0.0)).reshape(-1)[0]),
             rating_min=self.rating_min, rating_max=self.rating_max,
             rank_bias=np.asarray(sm["rank_bias"], np.float32).reshape(m) if "rank_bias" in sm else None,
-            rating_dim=int(sm.get("rating_dim", 0)), feedback=str(getattr(run.data, "feedback", "explicit")))
+            rating_dim=int(sm.get("rating_dim", 0)), feedback=str(getattr(run.data, "feedback", "explicit")),
+            aligned=np.arange(n) < len(run.user_order))

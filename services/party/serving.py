@@ -18,6 +18,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from models.blend import LocalRanking
 from models.scoring import serving_scores
 from services.db.party_tables import FederationState, ModelArtifact
 from services.errors import NotFound, ValidationFailed
@@ -50,6 +51,8 @@ class ServingModel:
     rank_bias: np.ndarray | None = None  # float32 (M,): c_v of a model trained with the ranking objective
     rating_dim: int = 0  # leading coordinates of h that the rating uses (0: all of them)
     feedback: str = "explicit"  # implicit: the party trained the ranking objective only, it has no ratings
+    aligned: np.ndarray | None = None  # bool (N,): the user is in the intersection (None: every user)
+    local: dict[str, Any] | None = None  # models.blend.LocalRanking.to_tree(): the party's EASE and blend
 
     def to_bytes(self) -> bytes:
         """Artifact bytes (npz, no pickle)."""
@@ -61,7 +64,18 @@ class ServingModel:
         tree: dict[str, Any] = unpack_tree(data)
         if "rating_dim" in tree:
             tree["rating_dim"] = int(tree["rating_dim"])
+        if "aligned" in tree:
+            tree["aligned"] = np.asarray(tree["aligned"], bool)
         return ServingModel(**tree)
+
+    @cached_property
+    def local_ranking(self) -> LocalRanking | None:
+        """The party's local EASE blended with this model (None: top-K ranks by the federated score alone)."""
+        return None if self.local is None else LocalRanking.from_tree(self.local)
+
+    def is_aligned(self, user: int) -> bool:
+        """Whether model row `user` is a user of the intersection."""
+        return True if self.aligned is None else bool(self.aligned[user])
 
     @property
     def score_kind(self) -> str:
@@ -292,6 +306,10 @@ def _rated(snap: Snapshot, row: int) -> np.ndarray:
 def recommend(*, snapshot: Snapshot, user_id: str, k: int) -> dict[str, Any]:
     """Top-k by ranking score of this party's items the user has not rated; cold users get the most popular, flagged.
 
+    A model published with a local ranking (`ServingModel.local`) ranks by the blend of the federated
+    score and the party's own EASE (`models.blend`), and a user without a model row by EASE alone
+    (flagged "local"); scores are then calibrated log-odds, comparable across parties for the merge.
+
     Ratings labelled test (PUT /v1/evaluation-split) are held out of the model, so they stay candidates
     (the snapshot's rated items leave them out).
     """
@@ -302,7 +320,14 @@ def recommend(*, snapshot: Snapshot, user_id: str, k: int) -> dict[str, Any]:
     if row is None:
         raise NotFound(f"user {user_id!r} is unknown to this party", extra={"field": "user_id"})
     rated, model_row = _rated(snap, row), int(snap.model_row[row])
-    if model_row >= 0:
+    local = snap.model.local_ranking
+    if local is not None:
+        # the served blend: calibrated log-odds of federated and local scores (local alone without a model row)
+        fed = snap.model.user_scores(model_row) if model_row >= 0 else None
+        scores = local.served_user(fed, rated, model_row >= 0 and snap.model.is_aligned(model_row))
+        top = top_k(scores, min(k, len(scores) - len(rated)))
+        values, fallback = scores[top].astype(np.float64), None if model_row >= 0 else "local"
+    elif model_row >= 0:
         scores = snap.model.user_scores(model_row)
         scores[rated] = -np.inf  # the user's own items are never candidates
         top = top_k(scores, min(k, len(scores) - len(rated)))

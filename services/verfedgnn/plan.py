@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from concurrent.futures import Executor
 from typing import Any, Literal
 
 import numpy as np
 
+from models.blend import LocalRanking
 from services.errors import PolicyRefused
 from services.federation.aggregation import Aggregation, PartyAggregation
 from services.federation.links import Handler, Link
@@ -17,6 +18,7 @@ from services.federation.plan import RatingTable, RoundOutcome, Seeds
 from services.verfedgnn.config import TrainConfig, model_config, run_config
 from services.verfedgnn.coordinator import CoordinatorTrainer
 from services.verfedgnn.distributed import Cluster, DistributedPartyTrainer
+from services.verfedgnn.local import fit_local
 from services.verfedgnn.party import PartyTrainer
 from services.verfedgnn.private_data import training_data
 from services.verfedgnn.rounds import VerFedGNNParty, run_round
@@ -171,6 +173,10 @@ class VerFedGNNPlan:
         """The coordinator's trainer."""
         return VerFedGNNEngine(CoordinatorTrainer(config=config, n_users=n_users, item_counts=item_counts,
                                                   global_mean=global_mean))
+
+    def fit_local(self, data: Any, *, fed_rows: Callable[[np.ndarray], np.ndarray], seed: int) -> LocalRanking:
+        """The party's EASE blended with its federated scores (`services.verfedgnn.local`)."""
+        return fit_local(data, fed_rows=fed_rows, seed=seed)
 
     def secure_by_default(self, config: Any) -> bool:
         """Masked sums unless the run turned secure aggregation off."""

@@ -22,11 +22,12 @@ class FakeParty:
     def __init__(self, party_id: str) -> None:
         self.party_id, self.staged, self.serving, self.down = party_id, set[str](), None, False
 
-    def stage(self, *, run_id: str, round_index: int, release_id: str) -> int:
+    def stage(self, *, run_id: str, round_index: int, release_id: str) -> tuple[int, list[dict[str, Any]]]:
         if self.down:
             raise PartyUnavailable(f"party {self.party_id} unavailable")
         self.staged.add(release_id)
-        return len(self.staged)
+        value = [{"slice": "all", "users": 40, "local_ndcg10": 0.2, "federated_ndcg10": 0.25, "served_ndcg10": 0.3}]
+        return len(self.staged), value if self.party_id == "a" else []
 
     def activate_release(self, *, release_id: str) -> int:
         if self.down or release_id not in self.staged:
@@ -200,3 +201,11 @@ def test_releases_of_an_all_implicit_federation_are_gated_on_ndcg(
     assert worse.state == "staged" and "validation NDCG@10 0.1500 is below" in worse.reason, worse.reason
     assert worse.valid_rmse is None and worse.valid_ndcg == 0.15
     assert _publish(sessions, rel, None, ndcg=0.195).state == "active"
+
+
+def test_the_value_report_of_each_party_is_kept_on_the_release(
+        world: tuple[sessionmaker[Session], dict[str, FakeParty], Releases]) -> None:
+    sessions, _, rel = world
+    row = _publish(sessions, rel, 0.9)
+    assert row.value_report == {"a": [{"slice": "all", "users": 40, "local_ndcg10": 0.2, "federated_ndcg10": 0.25,
+                                       "served_ndcg10": 0.3}]}  # b reported none: left out
