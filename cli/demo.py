@@ -53,9 +53,9 @@ def _dataset(data: Path | None, seed: int) -> Dataset:
 
 
 def _baselines(parts: dict[str, Dataset], config: TrainConfig
-               ) -> tuple[dict[str, float], float, dict[str, dict[str, float]], dict[str, dict[str, float]]]:
-    """In-process references: each party alone (RMSE; top-K on its own catalogue) and, on the merged catalogue,
-    the centralized GNN, most-popular and EASE."""
+               ) -> tuple[dict[str, float], float, dict[str, dict[str, dict[str, float]]], dict[str, dict[str, float]]]:
+    """In-process references: each party alone (RMSE; top-K on its own catalogue, the GNN and its own EASE) and,
+    on the merged catalogue, the centralized GNN, most-popular and EASE."""
     import torch
 
     from services.evaluation import ranking_baselines, topk
@@ -68,10 +68,13 @@ def _baselines(parts: dict[str, Dataset], config: TrainConfig
     off = config.model_copy(update={"use_projection": False, "use_quantization": False})
     local: dict[str, float] = {}
     own: dict[str, dict[str, float]] = {}
+    own_ease: dict[str, dict[str, float]] = {}
     for p, d in datas.items():
         run = topk.train_ranked({p: alone(d)}, config=off, global_mean=mean, protocol="local")
         local[p] = run.result.rmse
         own[p] = {**topk.evaluate_party(view, p, run.scores()[p]), "rmse": run.result.rmse}
+        solo = rx.central_implicit(topk.ranking_view({p: d}), {p: d})  # the party's own EASE, its catalogue only
+        own_ease[p] = topk.evaluate_party(view, p, ranking_baselines.ease(solo)[0])
     fed = Federation(list(datas.values()), next(iter(datas.values())).n_users, mean)
     run = topk.train_ranked({"central": merge_parties(fed)}, config=off, global_mean=mean, protocol="centralized")
     central = {**topk.evaluate_central(view, run.scores()["central"]), "rmse": run.result.rmse}
@@ -79,7 +82,7 @@ def _baselines(parts: dict[str, Dataset], config: TrainConfig
     implicit = rx.central_implicit(view, datas)
     merged[MOST_POPULAR] = topk.evaluate_central(view, ranking_baselines.most_popular(implicit))
     merged[EASE] = topk.evaluate_central(view, ranking_baselines.ease(implicit)[0])
-    return local, run.result.rmse, own, merged
+    return local, run.result.rmse, {p: {"alone": own[p], "ease": own_ease[p]} for p in own}, merged
 
 
 def _ranking_table(title: str, groups: list[dict[str, dict[str, float]]]) -> Table:
@@ -108,10 +111,10 @@ def _merged_verdict(rows: dict[str, dict[str, float]]) -> str:
 
 
 def _party_verdict(own: dict[str, dict[str, dict[str, float]]]) -> str:
-    """For how many parties federated beats alone on the party's own catalogue (NDCG@10)."""
-    wins = [p for p, r in own.items() if r["federated"]["ndcg@10"] > r["alone"]["ndcg@10"]]
-    return (f"on its own catalogue, federated beats the party alone for {len(wins)}/{len(own)} parties (NDCG@10)"
-            + ("" if len(wins) == len(own) else " [red](not all)[/red]"))
+    """For how many parties the served list beats the party alone (its GNN and its EASE) on its own catalogue."""
+    wins = [p for p, r in own.items() if r["federated"]["ndcg@10"] > max(r["alone"]["ndcg@10"], r["ease"]["ndcg@10"])]
+    return (f"on its own catalogue, the served list beats the party alone (GNN and EASE) for {len(wins)}/{len(own)} "
+            "parties (NDCG@10)" + ("" if len(wins) == len(own) else " [red](not all)[/red]"))
 
 
 def _ranking(merged: dict[str, dict[str, float]], own: dict[str, dict[str, dict[str, float]]]) -> None:
@@ -121,7 +124,8 @@ def _ranking(merged: dict[str, dict[str, float]], own: dict[str, dict[str, dict[
     console.print(_merged_verdict(merged))
     console.print(_ranking_table(
         "top-K of each party's own list, on that party's items only: the party alone vs the same party federated",
-        [{f"{p} alone (local-only, in-process)": r["alone"], f"{p} federated (served by {p})": r["federated"]}
+        [{f"{p} alone: GNN (local-only, in-process)": r["alone"], f"{p} alone: EASE (in-process)": r["ease"],
+          f"{p} served by {p} (federated + its EASE)": r["federated"]}
          for p, r in own.items()]))
     console.print(_party_verdict(own))
 
@@ -256,9 +260,9 @@ def demo(
             local, central, alone_own, merged = _baselines(parts, TrainConfig(**config, seed=seed, rounds=rounds))
         fed_rmse = _served_rmse(http, urls, parts)
         merged = {SERVED: {**served, "rmse": status["rounds"][-1]["metrics"].get("test_rmse", math.nan)}, **merged}
-        _ranking(merged, {p: {"alone": alone_own[p], "federated": {**served_own[p], "rmse": fed_rmse[p]}}
-                          for p in parts})
+        _ranking(merged, {p: {**alone_own[p], "federated": {**served_own[p], "rmse": fed_rmse[p]}} for p in parts})
         _table(status, local, central, fed_rmse)
+        _value_report(http, coord.url, status["run_id"])
     finally:
         with console.status("shutting down"):
             for proc in [coord, *procs.values()]:
@@ -307,6 +311,17 @@ def _table(status: dict[str, Any], local: dict[str, float], central: float, fed_
                   + ("" if len(wins) == len(local) else " [red](not all)[/red]"))
     if not all(math.isfinite(v) for v in fed_party.values()):
         console.print("[red]some per-party figures are missing[/red]")
+
+
+def _value_report(http: httpx.Client, url: str, run_id: str) -> None:
+    """The run's release's value report, as `fedrec release show` prints it (validation figures, each party's own)."""
+    from cli.release import value_table
+    listed = http.get(f"{url}/v1/releases", headers={"Authorization": f"Bearer {ADMIN}"})
+    release = next((r for r in listed.json() if r["run_id"] == run_id), None) if listed.status_code == 200 else None
+    if release is None or not release.get("value_report"):
+        console.print("no value report for this run's release")
+        return
+    console.print(value_table(release["value_report"]))
 
 
 def _recommend(http: httpx.Client, url: str, parts: dict[str, Dataset], titles: dict[str, str]) -> None:

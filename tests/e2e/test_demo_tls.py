@@ -69,5 +69,7 @@ def test_demo_runs_over_mutual_tls(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "mutual TLS" in out and "top-5 for user" in out
     assert "federated (served over HTTP, merged lists)" in out  # every test user's list through the fan-out
     for proc in started[:-1]:  # and each party's own list, from that party, beside the party alone
-        assert f"{proc.name} federated (served by {proc.name})" in out and f"{proc.name} alone (local-only" in out
+        assert f"{proc.name} served by {proc.name}" in out and f"{proc.name} alone: GNN (local-only" in out
+        assert f"{proc.name} alone: EASE" in out
+    assert "value report: validation NDCG@10 per slice" in out
     assert "demo finished" in out

@@ -8,10 +8,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cli.localfed import API_KEY
+from cli.localfed import ADMIN, API_KEY
 from models.vertical import build_public
 from services.evaluation import ranking, topk
 from services.evaluation import ranking_experiment as rx
+from services.evaluation.served import served_all
 from services.verfedgnn.config import TrainConfig, model_config, run_config
 from services.verfedgnn.coordinator import CoordinatorTrainer
 from services.verfedgnn.party import PartyTrainer
@@ -64,7 +65,8 @@ def test_no_body_carries_a_negative_item_id_or_an_item_count(
 
 def test_served_top_k_is_the_harness_list(done: tuple[Federation, dict[str, Any], list[Any]]) -> None:
     """The coordinator's fan-out serves exactly the merged list of the harness's model (`topk.train_ranked`) of
-    the run's best validation round (the round its release holds)."""
+    the run's best validation round (the round its release holds), blended at each party with its local EASE as
+    the harness blends it (`services.evaluation.served`); the release carries each party's value report."""
     fed, status, _ = done
     best = min((r["metrics"]["valid_rmse"], r["round_index"]) for r in status["rounds"])[1]
     config = run_config(CONFIG, seed=SEED, rounds=ROUNDS).model_copy(update={"patience": ROUNDS})
@@ -80,7 +82,10 @@ def test_served_top_k_is_the_harness_list(done: tuple[Federation, dict[str, Any]
     run = topk.train_ranked(datas, config=config, protocol="federated", on_model=on_model)
     assert run.result.rounds_run == ROUNDS and set(last) == set(view.party_ids)
     assert set(run.result.per_party) == set(view.party_ids)  # each party's own figures under masking
-    top = topk.merged_top(view, last, K)
+    fed_only = topk.merged_top(view, last, K)
+    blended = served_all(datas, last, seed=SEED)
+    top = topk.merged_top(view, {p: b.scores for p, b in blended.items()}, K)
+    assert not np.array_equal(fed_only, top), "the blend must change some list for this check to mean anything"
     # the plain construction (run seed everywhere, no masking) trains another model: the check can tell
     coord = CoordinatorTrainer(config=config, n_users=view.seen.shape[0], global_mean=rx.global_mean(datas),
                                item_counts={p: d.n_items for p, d in datas.items()})
@@ -108,3 +113,17 @@ def test_served_top_k_is_the_harness_list(done: tuple[Federation, dict[str, Any]
     figures = ranking.evaluate_lists(served, view.relevant, n_items=len(items), train_counts=view.train_counts)
     assert figures == ranking.evaluate_lists(ranking.lists_from_top(top, range(len(users))), view.relevant,
                                              n_items=len(items), train_counts=view.train_counts)
+    # the value report: each party's validation figures per slice, as the harness's fit computes them
+    release = fed.http.get(f"{fed.coordinator.url}/v1/releases/release-1",
+                           headers={"Authorization": f"Bearer {ADMIN}"}).json()
+    assert release["run_id"] == status["run_id"]
+    expected = {p: [f.as_dict() for f in b.figures if f.users >= 10] for p, b in blended.items()}
+    assert any(expected.values()), "too few validation users for a report: the check would mean nothing"
+    got = release["value_report"]
+    assert set(got) == {p for p, rows in expected.items() if rows}
+    for p, rows in got.items():
+        assert [r["slice"] for r in rows] == [r["slice"] for r in expected[p]]
+        for r, e in zip(rows, expected[p]):
+            assert r["users"] == e["users"]
+            for key in ("local", "federated", "served"):
+                assert r[f"{key}_ndcg10"] == pytest.approx(e[f"{key}_ndcg@10"], abs=1e-6)
