@@ -12,6 +12,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -19,19 +20,19 @@ import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
-from cli.localfed import ADMIN, API_KEY, coordinator_proc, party_proc, start_all
+from cli.localfed import ADMIN, API_KEY, CoordinatorClient, coordinator_proc, party_proc, start_all
 from models.blend import histories
-from services.coordinator.client import CoordinatorClient
 from services.db.party_tables import ModelArtifact
 from services.federation.plan import RatingTable
 from services.party import fed_store as store
+from services.party.federation import FederationService
 from services.party.serving import ARTIFACT_NAME, ServingModel, served
 from services.protocol.federation import unpack_tree
 from services.verfedgnn.local import fit_local
 from services.verfedgnn.plan import PLAN
 
 ROUNDS, SEED, K = 5, 11, 10
-CONFIG = {"dim": 8, "hidden": 8, "q_ratio": 0.2, "patience": ROUNDS}
+CONFIG = {"dim": 8, "layers": 2, "rank_dims": 2, "patience": ROUNDS}
 
 
 def _fedrec(*args: str) -> str:
@@ -40,8 +41,9 @@ def _fedrec(*args: str) -> str:
     return done.stdout
 
 
-def _served_model(db: Path) -> tuple[ServingModel, list[str], list[str], RatingTable]:
-    """The party's active serving model, the run's alignment, its catalogue and its rating rows, from its database."""
+def _served_model(db: Path) -> tuple[ServingModel, list[str], list[str], RatingTable, dict[str, Any]]:
+    """The party's active serving model, the run's alignment, its catalogue, its rating rows and the run's stored
+    settings (the coordinator's config and seed, as the party received them), from its database."""
     engine = create_engine(f"sqlite:///{db}")
     try:
         with Session(engine) as session:
@@ -55,7 +57,9 @@ def _served_model(db: Path) -> tuple[ServingModel, list[str], list[str], RatingT
             users = [str(u) for u in unpack_tree(alignment[1])["user_ids"].tolist()]
             users_, items_, ratings, codes = store.load_ratings(session=session)
             table = RatingTable(np.asarray(users_, dtype=object), np.asarray(items_, dtype=object), ratings, codes)
-            return model, users, store.all_item_ids(session=session), table
+            run = store.get_state(session=session, key=f"run:{model.run_id}")
+            assert run is not None
+            return model, users, store.all_item_ids(session=session), table, run
     finally:
         engine.dispose()
 
@@ -84,15 +88,15 @@ def test_served_top_10_at_overlap_half_is_the_in_process_combination(tmp_path: P
                                headers={"Authorization": f"Bearer {ADMIN}"}).json()
             lists: dict[str, dict[str, list[str]]] = {}
             for pid, proc in parties.items():
-                model, aligned_ids, item_ids, table = _served_model(tmp_path / pid / "party.db")
-                config = PLAN.config(dict(CONFIG), seed=SEED, rounds=ROUNDS)
+                model, aligned_ids, item_ids, table, stored = _served_model(tmp_path / pid / "party.db")
+                config = FederationService._config(PLAN, stored["config"], int(stored["seed"]))  # as the party does
                 data = PLAN.load(config=config, party_id=pid, table=table, user_order=aligned_ids,
                                  item_order=item_ids, total_items=0, rating_range=(model.rating_min, model.rating_max),
                                  local_seed=0)
                 assert data.n_private > 0 and data.n_users > 0, "partial overlap: aligned and private users both"
                 assert model.local is not None, "a run with no settings serves the blend"
                 fed = np.stack([model.user_scores(r) for r in range(len(model.user_ids))])
-                local = fit_local(data, fed_rows=lambda rows: fed[rows], seed=SEED)
+                local = fit_local(data, fed_rows=lambda rows: fed[rows], seed=int(stored["seed"]))
                 n = data.n_users + data.n_private
                 t, v = data.split("train"), data.split("valid")
                 history = histories(np.concatenate([t.users, v.users]), np.concatenate([t.items, v.items]), n)
