@@ -19,9 +19,10 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 from cli.localfed import ADMIN, API_KEY
-from models.scoring import serving_scores
 from services.data.types import Dataset, Ratings
 from services.db.party_tables import FederationState, ModelArtifact
+from services.evaluation.served import served_scores
+from services.evaluation.topk import party_scores
 from services.protocol.federation import unpack_tree
 from services.verfedgnn.config import run_config
 from services.verfedgnn.reference import run_reference
@@ -164,15 +165,16 @@ def test_a_non_aligned_user_is_served_by_the_run_and_erased_without_trace(
     assert resp.status_code == 200, resp.text
     body = resp.json()
     assert body["fallback"] is None and body["run_id"] == status["run_id"] and body["release_id"]
-    # the scores are the run's model's: the user's private row of the in-process twin of this run
+    # the scores are the run's model's, blended with p0's own EASE: the user's private row of the in-process twin
+    # of this run, through the harness's blend (`services.evaluation.served`), as p0 fitted it at publish
     item_ids = sorted({str(i) for r in (fed.datasets["p0"].train, fed.datasets["p0"].valid, fed.datasets["p0"].test)
                        if r is not None for i in r.item_ids.tolist()})
     row = trainer.data.n_users + 3
     cols = [item_ids.index(it["item_id"]) for it in body["items"]]
-    expected = serving_scores(model["user_repr"][[row]], model["item_repr"][cols], rank_bias=model.get("rank_bias"),
-                              rating_dim=int(model["rating_dim"]), global_bias=float(model["global_bias"][0]),
-                              user_bias=model["user_bias"][[row]], item_bias=model["item_bias"][cols])[0]
-    assert [it["score"] for it in body["items"]] == pytest.approx(expected.tolist(), rel=1e-5, abs=1e-5)
+    blended = served_scores(trainer.data, party_scores(model), seed=SEED)
+    expected = blended.scores[row, cols]
+    assert [it["score"] for it in body["items"]] == pytest.approx(expected.tolist(), rel=1e-4, abs=1e-4)
+    assert cols == np.lexsort((np.arange(blended.scores.shape[1]), -blended.scores[row]))[:5].tolist()
     # through the coordinator: p1 does not know the user (404 there), the answer is p0's list, complete
     merged = fed.http.get(f"{fed.coordinator.url}/v1/users/{user}/recommendations", params={"k": 5}, headers=key)
     assert merged.status_code == 200, merged.text
