@@ -37,13 +37,14 @@ def cells(aligned: np.ndarray, history: np.ndarray) -> np.ndarray:
 
 
 def zscore(scores: np.ndarray, seen: np.ndarray) -> np.ndarray:
-    """Each row standardized over its candidates (seen columns set to 0; rows with no spread stay centred)."""
+    """Each row standardized by the mean and spread of its candidates (every column scaled; rows with no spread are
+    only centred)."""
     s = np.asarray(scores, np.float64)
     cand = ~seen
     n = np.maximum(cand.sum(axis=1, keepdims=True), 1)
     mean = np.where(cand, s, 0.0).sum(axis=1, keepdims=True) / n
     var = np.where(cand, (s - mean) ** 2, 0.0).sum(axis=1, keepdims=True) / n
-    return np.where(cand, (s - mean) / np.where(var > 0, np.sqrt(var), 1.0), 0.0)
+    return (s - mean) / np.where(var > 0, np.sqrt(var), 1.0)
 
 
 def ndcg_rows(scores: np.ndarray, seen: np.ndarray, relevant: np.ndarray, k: int = K) -> np.ndarray:
@@ -148,19 +149,21 @@ class LocalRanking:
     blend: Blend
     figures: list[SliceFigures] = field(default_factory=list)
 
-    def served(self, fed: np.ndarray | None, history: Sequence[np.ndarray], aligned: np.ndarray) -> np.ndarray:
-        """Calibrated log-odds of rows of users (fed None: no federated row), their history items −inf."""
+    def served(self, fed: np.ndarray | None, history: Sequence[np.ndarray], aligned: np.ndarray, *,
+               mask: bool = True) -> np.ndarray:
+        """Calibrated log-odds of rows of users (fed None: no federated row), their history items −inf (`mask`)."""
         local = self.ease.scores(history)
         seen = np.zeros(local.shape, bool)
         for r, items in enumerate(history):
             seen[r, np.asarray(items, np.int64)] = True
         cell = cells(aligned, np.array([len(h) for h in history]))
         out = self.blend.mix(None if fed is None else zscore(fed, seen), zscore(local, seen), cell)
-        return np.where(seen, -np.inf, out)
+        return np.where(seen, -np.inf, out) if mask else out
 
-    def served_user(self, fed: np.ndarray | None, history: np.ndarray, aligned: bool) -> np.ndarray:
+    def served_user(self, fed: np.ndarray | None, history: np.ndarray, aligned: bool, *,
+                    mask: bool = True) -> np.ndarray:
         """`served` of one user (a 1-d row)."""
-        return self.served(None if fed is None else fed[None, :], [history], np.array([aligned]))[0]
+        return self.served(None if fed is None else fed[None, :], [history], np.array([aligned]), mask=mask)[0]
 
     def to_tree(self) -> dict[str, Any]:
         """Arrays for `pack_tree` (figures ride in the release's value report, not here)."""

@@ -321,7 +321,7 @@ def recommend(*, snapshot: Snapshot, user_id: str, k: int) -> dict[str, Any]:
         raise NotFound(f"user {user_id!r} is unknown to this party", extra={"field": "user_id"})
     rated, model_row = _rated(snap, row), int(snap.model_row[row])
     local = snap.model.local_ranking
-    if local is not None:
+    if local is not None and (model_row >= 0 or len(rated)):  # a user with no history and no row: popularity
         # the served blend: calibrated log-odds of federated and local scores (local alone without a model row)
         fed = snap.model.user_scores(model_row) if model_row >= 0 else None
         scores = local.served_user(fed, rated, model_row >= 0 and snap.model.is_aligned(model_row))
@@ -351,8 +351,20 @@ def _ratings(snap: Snapshot, pairs: list[tuple[str, str]], items: np.ndarray, ro
     ratings = np.empty(len(pairs), np.float64)
     ratings[warm] = snap.model.scores(model_rows[warm], items[warm])
     ratings[~warm] = snap.model.cold_scores(items[~warm])
-    return [{"user_id": u, "item_id": i, "rating": r, "fallback": None if w else "popularity"}
-            for (u, i), r, w in zip(pairs, ratings.tolist(), warm.tolist())]
+    fallback = np.where(warm, None, "popularity")
+    local = snap.model.local_ranking
+    if snap.model.feedback == "implicit" and local is not None:
+        # an implicit party answers the score its top-K ranks by: the served blend's log-odds
+        for row in np.unique(rows).tolist():
+            sel, model_row, rated = rows == row, int(snap.model_row[row]), _rated(snap, row)
+            if model_row < 0 and not len(rated):
+                continue
+            fed = snap.model.user_scores(model_row) if model_row >= 0 else None
+            aligned = model_row >= 0 and snap.model.is_aligned(model_row)
+            ratings[sel] = local.served_user(fed, rated, aligned, mask=False)[items[sel]]
+            fallback[sel] = None if model_row >= 0 else "local"
+    return [{"user_id": u, "item_id": i, "rating": r, "fallback": f}
+            for (u, i), r, f in zip(pairs, ratings.tolist(), fallback.tolist())]
 
 
 def _indexes(snap: Snapshot, pairs: list[tuple[str, str]]) -> tuple[np.ndarray, np.ndarray]:
