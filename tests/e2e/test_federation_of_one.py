@@ -27,13 +27,13 @@ def test_one_party_runs_alone_completes_and_serves(tmp_path: Path) -> None:
         assert all(r["participants"] == ["p0"] for r in status["rounds"])
         assert "release-1 active" in status["detail"], status["detail"]
         user = str(datasets["p0"].train.user_ids[0])
-        with fed.client.http as http:
-            party = http.get(f"{fed.parties['p0'].url}/v1/users/{user}/recommendations", params={"k": 5},
-                             headers={"X-API-Key": API_KEY})
-            merged = http.get(f"{fed.coordinator.url}/v1/users/{user}/recommendations", params={"k": 5},
-                              headers={"X-API-Key": API_KEY})
-            release = http.get(f"{fed.coordinator.url}/v1/releases/release-1",
-                               headers={"Authorization": f"Bearer {ADMIN}"}).json()
+        http = fed.client.http
+        party = http.get(f"{fed.parties['p0'].url}/v1/users/{user}/recommendations", params={"k": 5},
+                         headers={"X-API-Key": API_KEY})
+        merged = http.get(f"{fed.coordinator.url}/v1/users/{user}/recommendations", params={"k": 5},
+                          headers={"X-API-Key": API_KEY})
+        release = http.get(f"{fed.coordinator.url}/v1/releases/release-1",
+                           headers={"Authorization": f"Bearer {ADMIN}"}).json()
     assert party.status_code == merged.status_code == 200, (party.text, merged.text)
     assert party.json()["release_id"] == merged.json()["release_id"] == "release-1"
     assert [it["item_id"] for it in merged.json()["items"]] == [it["item_id"] for it in party.json()["items"]]
