@@ -54,6 +54,7 @@ def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fed]:
     datasets = {p: replace(d, valid=None) for p, d in tiny_parties(2).items()}
     with process_federation(root, datasets, party=lambda pid, at: party_proc(pid, at),
                             coordinator_env={"COORD_PAUSE_POLL_S": "0.2", "COORD_RELEASES_KEEP": "2",
+                                             "COORD_FANOUT_TIMEOUT_S": "20",  # a loaded machine's first connection
                                              # a wide RMSE tolerance: the NDCG@10 comparison decides the gate
                                              "COORD_RELEASE_TOLERANCE": "5.0",
                                              "COORD_RELEASE_NDCG_TOLERANCE": "0.02"}) as pf:
@@ -93,7 +94,7 @@ def _best_round(status: dict[str, Any]) -> int:
 def test_before_any_publish_the_coordinator_says_model_not_ready(fed: Fed) -> None:
     party = fed.http.get(f"{fed.parties['p0'].url}/v1/users/user-1/recommendations", headers={"X-API-Key": API_KEY})
     coord = fed.http.get(f"{fed.coordinator.url}/v1/users/user-1/recommendations", headers={"X-API-Key": API_KEY})
-    assert party.status_code == coord.status_code == 409
+    assert party.status_code == coord.status_code == 409, coord.text
     assert party.json()["code"] == coord.json()["code"] == "model_not_ready", coord.json()
 
 

@@ -19,7 +19,8 @@ def test_one_party_runs_alone_completes_and_serves(tmp_path: Path) -> None:
     config = {**TINY_CONFIG, "rank_weight": 1.0, "rank_dims": 1}
     assert "secure_aggregation" not in config  # the coordinator's default: on
     with process_federation(tmp_path, datasets, party=lambda pid, at: party_proc(pid, at),
-                            coordinator_env={"COORD_PAUSE_POLL_S": "0.2", "COORD_WAIT_DEADLINE_S": "60"}) as fed:
+                            coordinator_env={"COORD_PAUSE_POLL_S": "0.2", "COORD_WAIT_DEADLINE_S": "60",
+                                             "COORD_FANOUT_TIMEOUT_S": "20"}) as fed:
         run = fed.client.create_run(rounds=4, min_parties=1, party_ids=["p0"], seed=0, config=config)
         status = fed.client.wait(run["run_id"], timeout=300)
         assert status["state"] == "completed", status["detail"]
