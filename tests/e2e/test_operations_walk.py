@@ -34,6 +34,7 @@ def walk_block() -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2700)  # ingest, labels and a run over 100k ratings on a shared 2-core machine
 def test_the_operations_walk_runs_as_written(tmp_path: Path) -> None:
     assert (ML100K / "u1.test").exists(), f"ML-100K is expected at {ML100K}"
     admin, party_admin, coordinator_token, api_key = (secrets.token_urlsafe(32) for _ in range(4))
@@ -64,7 +65,7 @@ def test_the_operations_walk_runs_as_written(tmp_path: Path) -> None:
     try:
         start_all(list(procs.values()), timeout=180)
         done = subprocess.run(["bash", "-euo", "pipefail", "-c", walk_block()], check=False, cwd=work, env=env,
-                              capture_output=True, text=True, timeout=1500)
+                              capture_output=True, text=True, timeout=2400)
     finally:
         for proc in procs.values():
             proc.stop()
