@@ -58,7 +58,7 @@ def party_code(exc: DomainError) -> str:
 def not_ready(answers: Mapping[str, Any]) -> None:
     """Answer 409 model_not_ready, as a party does, when every party that answered has no model yet."""
     if answers and all(a == MODEL_NOT_READY for a in answers.values()):
-        raise Conflict("no trained model has been published yet: no party serves one (complete a training run "
+        raise Conflict("no model to serve yet: no party has one (complete a training run "
                        "first: fedrec coordinator create)", extra={"code": MODEL_NOT_READY})
 
 
