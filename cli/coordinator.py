@@ -94,15 +94,36 @@ def _party_ids(value: str | None) -> list[str] | None:
     return ids or None
 
 
+def _excluded(run: dict[str, Any], shown: set[str]) -> None:
+    """Print each party the run left out, once, with its reason."""
+    for party, why in sorted((run.get("excluded") or {}).items()):
+        if party not in shown:
+            out.print(escape(f"left out: {party}: {why}"))
+            shown.add(party)
+
+
+def _bytes(n: int) -> str:
+    """A byte count for people (1.2 MB)."""
+    value = float(n)
+    for unit in ("B", "kB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} GB"
+
+
 def _follow(c: httpx.Client, run: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
-    """Poll the run until it ends or `timeout_s` passes, printing each change of its progress."""
-    deadline, shown = time.monotonic() + timeout_s, ""
+    """Poll the run until it ends or `timeout_s` passes, printing each change of its progress and every party
+    it leaves out (with why)."""
+    deadline, shown, left_out = time.monotonic() + timeout_s, "", set[str]()
+    _excluded(run, left_out)
     while run["state"] not in ENDED:
         if time.monotonic() > deadline:
             raise CliError(f"run {run['run_id']} still {run['state']} after {timeout_s:g} s (--wait-timeout); "
                            f"it goes on: follow it with `fedrec coordinator status {run['run_id']}`")
         time.sleep(1.0)
         run = _check(c.get(f"/v1/runs/{run['run_id']}"))
+        _excluded(run, left_out)
         line = f"{run['state']}: {run['rounds_done']}/{run['rounds_total']} {run['detail']}"
         if line != shown:
             out.print(escape(line))
@@ -124,6 +145,10 @@ def create(
     = None,
     warm_start: Annotated[bool, typer.Option(help="start from the active release's parameters (new users and items "
                                                   "get fresh rows); refused when none is active")] = False,
+    max_minutes: Annotated[float | None, typer.Option(min=0.01, help="a time bound: past it the run stops after its "
+                                                      "current round and publishes its best round (gated)")] = None,
+    publish_on_stop: Annotated[bool, typer.Option(help="a cancelled or timed-out run publishes its best round as a "
+                                                       "release (gated)")] = True,
     wait: Annotated[bool, typer.Option(help="follow the run until it ends; exit 1 if it fails or is cancelled")]
     = False,
     wait_timeout: Annotated[float, typer.Option(min=1, help="seconds --wait follows the run before giving up")]
@@ -139,7 +164,10 @@ def create(
                             "party_ids": _party_ids(party_ids)}
     if warm_start:
         body["warm_start"] = True
-    body.update({k: v for k, v in (("preset", preset), ("rounds", rounds)) if v is not None})
+    if not publish_on_stop:
+        body["publish_on_stop"] = False
+    body.update({k: v for k, v in (("preset", preset), ("rounds", rounds), ("max_minutes", max_minutes))
+                 if v is not None})
     with client(url, token, tls) as c:
         run = _check(c.post("/v1/runs", json=body))
         out.print(f"run {run['run_id']} {run['state']}")
@@ -156,6 +184,9 @@ def status(run_id: str, url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt =
         run = _check(c.get(f"/v1/runs/{run_id}"))
     out.print(escape(f"run {run['run_id']}: {run['state']} ({run['rounds_done']}/{run['rounds_total']}) "
                      f"{run['detail']}"))
+    out.print(escape(f"parties: {', '.join(run['party_ids']) or '-'}"
+                     + (f"; {run['n_users']} common users" if run.get("n_users") is not None else "")))
+    _excluded(run, set())
     table = Table("round", "participants", "failures", "train RMSE", "valid RMSE", "test RMSE", "valid NDCG@10",
                   "seconds")
     for r in run["rounds"]:
@@ -165,14 +196,20 @@ def status(run_id: str, url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt =
                         for k in ("train_rmse", "valid_rmse", "test_rmse", "valid_ndcg@10")],
                       f"{r['seconds']:.2f}")
     out.print(table)
-    out.print({"bytes_sent": run["bytes_sent"], "bytes_received": run["bytes_received"]})
+    traffic = Table("party", "sent", "received")
+    for party in sorted({*run["bytes_sent"], *run["bytes_received"]}):
+        traffic.add_row(party, _bytes(run["bytes_sent"].get(party, 0)), _bytes(run["bytes_received"].get(party, 0)))
+    out.print(traffic)
 
 
 @reported
-def cancel(run_id: str, url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt = None, *, tls: Tls) -> None:
-    """Cancel a run."""
+def cancel(run_id: str, url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt = None,
+           publish: Annotated[bool | None, typer.Option("--publish/--no-publish", help="publish the run's best round as "
+                                                       "a release (gated) before it ends (default: as created)")]
+           = None, *, tls: Tls) -> None:
+    """Cancel a run (it publishes its best round, gated, unless --no-publish)."""
     with client(url, token, tls) as c:
-        run = _check(c.post(f"/v1/runs/{run_id}/cancel"))
+        run = _check(c.post(f"/v1/runs/{run_id}/cancel", json={} if publish is None else {"publish": publish}))
     out.print(f"run {run['run_id']}: {run['state']}")
 
 

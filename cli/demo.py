@@ -28,7 +28,6 @@ from cli.localfed import (
     load_party,
     party_proc,
 )
-from models.metrics import rmse
 from services.data.types import Dataset
 from services.errors import DomainError
 from services.evaluation.report import RANKING_COLUMNS
@@ -196,8 +195,7 @@ def _train(cc: CoordinatorClient, *, rounds: int, seed: int, config: dict[str, A
         task = bar.add_task("federated training", total=rounds, info="aligning users (PSI)")
 
         def update(status: dict[str, Any]) -> None:
-            last = status["rounds"][-1]["metrics"] if status["rounds"] else {}
-            info = f"{status['state']}: valid RMSE {last['valid_rmse']:.4f}" if "valid_rmse" in last else status["detail"]
+            info = f"{status['state']}: {status['detail']}"  # the best validation figures and what is left
             bar.update(task, completed=status["rounds_done"], info=info)
 
         return cc.wait(run["run_id"], timeout=1800, on_poll=update)
@@ -213,6 +211,9 @@ def demo(
                                            "require client certificates (mutual TLS)")] = False,
     party_workers: Annotated[int, typer.Option(min=1, max=16, help="API worker processes per party; above 1 each "
                                                                     "party also runs one federation process")] = 1,
+    port_base: Annotated[int | None, typer.Option(min=1024, max=65_000, envvar="FEDREC_DEMO_PORT_BASE", help=(
+        "bind fixed loopback ports from N: the coordinator N, the parties N+1..N+3, their federation processes "
+        "(--party-workers > 1) N+4..N+6; default: ports the OS picks"))] = None,
 ) -> None:
     """Start a coordinator and three parties, load data over HTTP, align, train, compare, recommend."""
     started = time.perf_counter()
@@ -222,8 +223,11 @@ def demo(
     parts = {f"party{k}": p for k, p in enumerate(vertical_split_dataset(ds, 3, seed=seed))}
     root = Path(tempfile.mkdtemp(prefix="fedrec-demo-"))
     certs = LocalTLS.create(root / "certs", list(parts)) if tls else None
-    procs = {p: party_proc(p, root, tls=certs, workers=party_workers) for p in parts}
-    coord = coordinator_proc(root, extra_env={"COORD_PAUSE_POLL_S": "0.5"}, tls=certs)
+    ports = demo_ports(port_base, list(parts))
+    procs = {p: party_proc(p, root, tls=certs, workers=party_workers, port=ports[p],
+                           extra_env={"PARTY_FEDERATION_PORT": str(ports[f"{p}.federation"])} if port_base else None)
+             for p in parts}
+    coord = coordinator_proc(root, extra_env={"COORD_PAUSE_POLL_S": "0.5"}, tls=certs, port=ports["coordinator"])
     # The operator's clients: trust the demo's CA and present a certificate it signed (parties require one).
     verify = certs.client_context() if certs else True
     rounds = rounds or 300
@@ -258,10 +262,12 @@ def demo(
             served, served_own = _served_figures(http, coord.url, urls, parts)
         with console.status("training the baselines in-process (each party alone, centralized, most-popular, EASE)..."):
             local, central, alone_own, merged = _baselines(parts, TrainConfig(**config, seed=seed, rounds=rounds))
-        fed_rmse = _served_rmse(http, urls, parts)
-        merged = {SERVED: {**served, "rmse": status["rounds"][-1]["metrics"].get("test_rmse", math.nan)}, **merged}
+        errors = _served_errors(http, urls, parts)
+        fed_rmse = {p: part_rmse(e) for p, e in errors.items()}
+        pooled = pooled_rmse(errors)  # the same served predictions, pooled: within the range of its parts
+        merged = {SERVED: {**served, "rmse": pooled}, **merged}
         _ranking(merged, {p: {**alone_own[p], "federated": {**served_own[p], "rmse": fed_rmse[p]}} for p in parts})
-        _table(status, local, central, fed_rmse)
+        _table(status, local, central, fed_rmse, pooled)
         _value_report(http, coord.url, status["run_id"])
     finally:
         with console.status("shutting down"):
@@ -274,13 +280,34 @@ def demo(
     console.print(f"demo finished in {time.perf_counter() - started:.0f}s")
 
 
-def _served_rmse(http: httpx.Client, urls: dict[str, str], parts: dict[str, Dataset]) -> dict[str, float]:
-    """Each party's test RMSE of the published model, asked of its own serving endpoint.
+def demo_ports(base: int | None, parties: list[str]) -> dict[str, int | None]:
+    """The demo's ports: from `base` in a fixed order (coordinator, parties, their federation processes), or
+    None each (the OS picks)."""
+    names = ["coordinator", *parties, *(f"{p}.federation" for p in parties)]
+    return {name: None if base is None else base + k for k, name in enumerate(names)}
+
+
+def part_rmse(errors: tuple[float, int]) -> float:
+    """RMSE of one party's served test predictions from (sum of squared errors, count)."""
+    sse, n = errors
+    return math.sqrt(sse / n) if n else math.nan
+
+
+def pooled_rmse(errors: dict[str, tuple[float, int]]) -> float:
+    """The parties' served test predictions pooled (one RMSE over every test rating): it lies between the
+    smallest and the largest party's figure, as a pooled RMSE of one model must."""
+    n = sum(c for _, c in errors.values())
+    return math.sqrt(sum(s for s, _ in errors.values()) / n) if n else math.nan
+
+
+def _served_errors(http: httpx.Client, urls: dict[str, str], parts: dict[str, Dataset]) -> dict[str, tuple[float, int]]:
+    """Each party's (sum of squared errors, count) on its test ratings, of the served release's predictions,
+    asked of its own serving endpoint.
 
     Under secure aggregation (the default) the coordinator only sees the parties' summed metrics,
     so the per-party figure comes from where the party itself would compute it.
     """
-    out: dict[str, float] = {}
+    out: dict[str, tuple[float, int]] = {}
     for pid, ds in parts.items():
         pairs = [{"user_id": str(u), "item_id": str(i)} for u, i in zip(ds.test.user_ids.tolist(), ds.test.item_ids.tolist())]
         predicted: list[float] = []
@@ -288,21 +315,21 @@ def _served_rmse(http: httpx.Client, urls: dict[str, str], parts: dict[str, Data
             body = checked(http.post(f"{urls[pid]}/v1/predictions", json={"pairs": pairs[start:start + 10_000]},
                                      headers={"X-API-Key": API_KEY}))
             predicted += [float(p["rating"]) for p in body["predictions"]]
-        out[pid] = rmse(np.asarray(predicted), np.asarray(ds.test.ratings, dtype=np.float64))
+        diff = np.asarray(predicted, dtype=np.float64) - np.asarray(ds.test.ratings, dtype=np.float64)
+        out[pid] = (float(np.sum(diff ** 2)), int(diff.size))
     return out
 
 
-def _table(status: dict[str, Any], local: dict[str, float], central: float, fed_party: dict[str, float]) -> None:
-    rounds = status["rounds"]
+def _table(status: dict[str, Any], local: dict[str, float], central: float, fed_party: dict[str, float],
+           pooled: float) -> None:
     table = Table(title="test RMSE (each party alone and centralized: round with the best validation RMSE; "
-                        "federated: the published model, served by each party)")
+                        "federated: the served release's round, predictions asked of each party; all items: "
+                        "those predictions pooled)")
     table.add_column("setting")
     for pid in local:
         table.add_column(f"{pid} items", justify="right")
-    table.add_column("all items", justify="right")
-    overall = [r for r in rounds if "test_rmse" in r["metrics"]]
-    table.add_row("federated (HTTP, 3 party processes)", *[f"{fed_party[p]:.4f}" for p in local],
-                  f"{overall[-1]['metrics']['test_rmse']:.4f}" if overall else "")
+    table.add_column("all items (pooled)", justify="right")
+    table.add_row("federated (HTTP, 3 party processes)", *[f"{fed_party[p]:.4f}" for p in local], f"{pooled:.4f}")
     table.add_row("each party alone (in-process harness)", *[f"{v:.4f}" for v in local.values()], "")
     table.add_row("centralized (in-process harness)", *["" for _ in local], f"{central:.4f}")
     console.print(table)

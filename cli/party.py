@@ -236,16 +236,21 @@ def evaluation_split(
                                                help="validation pairs, same formats")] = None,
     url: UrlOpt = "http://127.0.0.1:8001",
     token: TokenOpt = "",
+    held_only: Annotated[bool, typer.Option(help="label only the pairs this party stores and count the others "
+                                                 "(a test file of every party's pairs, given to each party of a "
+                                                 "vertical split); default: refuse the file if any pair is not "
+                                                 "stored here")] = False,
     *, tls: Tls,
 ) -> None:
     """Label which stored ratings a run scores as test (and validation) instead of training on them."""
     rows = [*(_pairs(valid, "valid") if valid is not None else []), *_pairs(test_file, "test")]
     if not rows:
         raise CliError(f"{test_file} holds no pairs")
+    body: dict[str, Any] = {"rows": rows, **({"unheld": "skip"} if held_only else {})}
     with _client(url, token, tls, timeout=600) as client:
-        answer = checked(client.put("/v1/evaluation-split", json={"rows": rows}))
-    counts = {s: sum(r["split"] == s for r in rows) for s in SPLITS}
-    typer.echo(json.dumps({"rows": answer["rows"], **counts}))
+        answer = checked(client.put("/v1/evaluation-split", json=body))
+    counts = {s: sum(r["split"] == s for r in rows) for s in SPLITS}  # in the file
+    typer.echo(json.dumps({"rows": answer["rows"], **counts, "skipped_not_held": answer.get("skipped", 0)}))
 
 
 USERS_PER_REQUEST = 50_000  # the party's JSON row limit

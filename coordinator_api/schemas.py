@@ -98,6 +98,21 @@ class TrainingRunCreate(BaseModel):
     warm_start: bool = Field(
         default=False, description="start from the active release's parameters (users and items new since then get "
         "fresh rows) instead of a fresh initialisation; 409 when no release is active or its architecture differs")
+    max_minutes: float | None = Field(
+        default=None, gt=0, le=525_600, description="a time bound: past it (counted from the run's creation) the "
+        "run stops after its current round and publishes its best round as a release (gated); default: none")
+    publish_on_stop: bool = Field(
+        default=True, description="a run that is cancelled or reaches `max_minutes` publishes its best validation "
+        "round as a release (gated like any other); false: it publishes nothing")
+
+
+class RunCancel(BaseModel):
+    """How a cancelled run ends."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    publish: bool | None = Field(
+        default=None, description="publish the run's best round as a release (gated) before it ends; default: as "
+        "the run was created (`publish_on_stop`, true unless set)")
 
 
 class RoundRead(BaseModel):
@@ -137,6 +152,9 @@ class TrainingRunRead(BaseModel):
     n_users: int | None
     warm_start_from: str | None = Field(default=None, description="the release a warm run started from "
                                         "(None: a cold run)")
+    max_minutes: float | None = Field(default=None, description="the run's time bound (None: rounds only)")
+    publish_on_stop: bool = Field(default=True, description="whether a cancelled or timed-out run publishes its "
+                                  "best round")
     config: dict[str, Any] = Field(description="every setting of the run, resolved at creation (preset and "
                                    "overrides; `protocol` included)")
     privacy: dict[str, Any] = Field(description="effective privacy mechanisms and parameters (defaults included)")

@@ -265,12 +265,18 @@ class SplitRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     rows: list[SplitRow] = Field(max_length=5_000_000)
+    unheld: Literal["refuse", "skip"] = Field(
+        default="refuse", description="pairs this party does not store: `refuse` answers 422 naming how many and "
+        "the first, and stores nothing; `skip` labels only the pairs it stores (a test file of every party's "
+        "pairs, given to each party of a vertical split)")
 
 
 class SplitResponse(BaseModel):
     """How many labels are stored."""
 
     rows: int
+    skipped: int = Field(default=0, description="pairs left out because this party does not store them "
+                                                "(`unheld: skip`)")
 
 
 # ---- serving (API key, or the coordinator's fan-out) ----------------------------------------

@@ -11,7 +11,7 @@ from api_common.errors import error_responses
 from api_common.guard import body_class
 from api_common.params import NamePath
 from coordinator_api.deps import AdminDep, ManagerDep, SessionDep
-from coordinator_api.schemas import RoundRead, TrainingRunCreate, TrainingRunRead
+from coordinator_api.schemas import RoundRead, RunCancel, TrainingRunCreate, TrainingRunRead
 from services.coordinator import runs
 from services.coordinator.run_config import start_run
 from services.coordinator.runner import epsilon_spent, train_config
@@ -33,7 +33,8 @@ def _read(run: RunRow, rounds: list[RoundRow]) -> TrainingRunRead:
         run_id=run.run_id, state=run.state, detail=run.detail, rounds_total=run.rounds_total,
         rounds_done=run.rounds_done, current_round=min(run.rounds_done, run.rounds_total - 1),
         min_parties=run.min_parties, seed=run.seed, party_ids=run.party_ids, excluded=run.excluded or {},
-        n_users=run.n_users, warm_start_from=run.warm_start_from,
+        n_users=run.n_users, warm_start_from=run.warm_start_from, max_minutes=run.max_minutes,
+        publish_on_stop=run.publish_on_stop,
         config=run.config, privacy={**config.privacy_record(), "epsilon_spent": epsilon_spent(config, run.state)},
         privacy_report=privacy_report(config) if isinstance(config, TrainConfig) else NO_REPORT,
         bytes_sent=run.bytes_sent, bytes_received=run.bytes_received,
@@ -52,7 +53,8 @@ def create_run(body: TrainingRunCreate, session: SessionDep, manager: ManagerDep
     """
     run = start_run(session=session, manager=manager, config=body.config, preset=body.preset, rounds=body.rounds,
                     min_parties=body.min_parties, seed=body.seed, party_ids=body.party_ids,
-                    warm_start=body.warm_start)
+                    warm_start=body.warm_start, max_minutes=body.max_minutes,
+                    publish_on_stop=body.publish_on_stop)
     return _read(run, [])
 
 
@@ -100,7 +102,8 @@ def get_run(run_id: NamePath, session: SessionDep) -> TrainingRunRead:
 
 
 @router.post("/{run_id}/cancel", response_model=TrainingRunRead, status_code=202)
-def cancel_run(run_id: NamePath, session: SessionDep) -> TrainingRunRead:
-    """Cancel a run; it stops after its current step."""
-    run = runs.cancel(session=session, run_id=run_id)
+def cancel_run(run_id: NamePath, session: SessionDep, body: RunCancel | None = None) -> TrainingRunRead:
+    """Cancel a run; it stops after its current step and publishes its best round as a release (gated) unless
+    told not to."""
+    run = runs.cancel(session=session, run_id=run_id, publish=None if body is None else body.publish)
     return _read(run, runs.rounds_of(session=session, run_id=run_id))

@@ -163,8 +163,10 @@ admin_router = APIRouter(prefix="/v1/evaluation-split", tags=["evaluation"], dep
 
 @admin_router.put("", response_model=SplitResponse)
 def put_split(body: SplitRequest, session: SessionDep) -> SplitResponse:
-    """Label which stored ratings are validation/test ratings (admin)."""
+    """Label which stored ratings are validation/test ratings (admin); pairs it does not store are refused (422)
+    or, with `unheld: skip`, left out and counted."""
     rows = body.rows
-    n = fed_store.set_evaluation_split(session=session, users=[r.user_id for r in rows],
-                                       items=[r.item_id for r in rows], splits=[r.split for r in rows])
-    return SplitResponse(rows=n)
+    n, skipped = fed_store.set_evaluation_split(session=session, users=[r.user_id for r in rows],
+                                                items=[r.item_id for r in rows], splits=[r.split for r in rows],
+                                                skip_unheld=body.unheld == "skip")
+    return SplitResponse(rows=n, skipped=skipped)

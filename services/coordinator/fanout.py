@@ -8,7 +8,7 @@ bodies only; nothing here logs them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -20,6 +20,7 @@ from services.coordinator import registry, releases
 from services.coordinator.client import party_http_client, party_path, pinned
 from services.coordinator.registry import PartyEndpoint
 from services.errors import (
+    Conflict,
     DomainError,
     NotFound,
     PartyUnavailable,
@@ -32,6 +33,7 @@ from services.protocol.tracing import REQUEST_ID_HEADER, current_request_id
 
 T = TypeVar("T")
 DISABLED = "party_disabled"  # the reason given for a registered party that is switched off
+MODEL_NOT_READY = "model_not_ready"  # a party's code before its first release (services/party/serving_cache.py)
 
 
 def _active_release(session: Session) -> str | None:
@@ -45,6 +47,19 @@ def _check_release(body: dict[str, Any], release_id: str | None) -> dict[str, An
     if release_id is not None and body.get("release_id") != release_id:
         raise ReleaseMismatch(f"answered from release {body.get('release_id')!r}, not {release_id!r}")
     return body
+
+
+def party_code(exc: DomainError) -> str:
+    """The code a party answered with: its own (e.g. model_not_ready) where it named one, else the error's."""
+    own = exc.extra.get("code")
+    return own if isinstance(own, str) and own else exc.code
+
+
+def not_ready(answers: Mapping[str, Any]) -> None:
+    """Answer 409 model_not_ready, as a party does, when every party that answered has no model yet."""
+    if answers and all(a == MODEL_NOT_READY for a in answers.values()):
+        raise Conflict("no model to serve yet: no party has one (complete a training run "
+                       "first: fedrec coordinator create)", extra={"code": MODEL_NOT_READY})
 
 
 def _code(reason: str) -> str:
@@ -110,9 +125,10 @@ class ServingFanout:
             except PartyUnavailable:
                 raise
             except DomainError as exc:  # it answered (e.g. no model published yet): listed, not "unavailable"
-                return exc.code
+                return party_code(exc)
 
         answers, failures = self.ask(_enabled(session), one)
+        not_ready(answers)
         return {**merge_recommendations(answers, failures, user_id=user_id, k=k), "release_id": release_id}
 
     def predictions(self, *, session: Session, pairs: list[tuple[str, str, str]]) -> dict[str, Any]:
@@ -136,10 +152,11 @@ class ServingFanout:
             except PartyUnavailable:
                 raise
             except DomainError as exc:
-                return exc.code
+                return party_code(exc)
 
         asked = {pid: parties[pid] for pid in rows if parties[pid].enabled}
         answers, failures = self.ask(asked, one)
+        not_ready(answers)
         failures |= {pid: DISABLED for pid in rows if not parties[pid].enabled}
         return {**merge_predictions(pairs, rows, answers, failures), "release_id": release_id}
 
@@ -153,7 +170,7 @@ class ServingFanout:
             except PartyUnavailable:
                 raise
             except DomainError as exc:  # e.g. a concurrent upload (409, retryable) or a refused credential
-                return _outcome("unavailable", exc.code)
+                return _outcome("unavailable", party_code(exc))
             return _outcome("erased", interactions_deleted=int(done.get("interactions_deleted", 0)))
 
         parties = {p.party_id: p for p in registry.list_parties(session=session)}

@@ -6,8 +6,8 @@ becomes `retired` and may be activated again (a rollback, no gate). A release wh
 even be asked of its parties is `failed`. The serving fan-out asks the parties for the active release
 only, so answers of two releases are never merged.
 
-Retention: after each activation only the `keep` newest releases (COORD_RELEASES_KEEP) and the active one
-stay; every older one becomes `pruned` (its record stays, its model is gone) and every party is told which
+Retention: after each activation only the `keep` newest releases (COORD_RELEASES_KEEP), the active one and
+the newest other one that was ever active (the rollback target: `protected_ids`) stay; every older one becomes `pruned` (its record stays, its model is gone) and every party is told which
 releases to keep, deleting the others' models and their runs' trainer snapshots and alignments.
 """
 
@@ -67,6 +67,23 @@ def gate(*, candidate: Mapping[str, float], active: Mapping[str, float] | None, 
     if not failed:
         return None
     return "; ".join(failed) + (f" ({'; '.join(passed)})" if passed else "")
+
+
+def protected_ids(rows: list[ReleaseRow]) -> set[str]:
+    """Releases retention never prunes: the active one, and the newest other one that was ever active (it passed
+    the gate, or was forced or rolled back to): the way back, however many held releases come after it."""
+    served = sorted((r for r in rows if r.activated_at is not None and r.state in (ACTIVE, RETIRED)),
+                    key=lambda r: _aware(r.activated_at), reverse=True)
+    out = {r.release_id for r in rows if r.state == ACTIVE}
+    previous = next((r for r in served if r.state != ACTIVE), None)
+    return out if previous is None else out | {previous.release_id}
+
+
+def _aware(t: datetime | None) -> datetime:
+    """A stored time as UTC-aware (SQLite drops the zone); the epoch for none."""
+    if t is None:
+        return datetime.fromtimestamp(0, UTC)
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
 def get(*, session: Session, release_id: str) -> ReleaseRow:
@@ -182,14 +199,17 @@ class Releases:
             return self.read(release_id)
 
     def prune(self) -> dict[str, str]:
-        """Apply retention: releases past the `keep` newest (never the active one) become `pruned`, and every
+        """Apply retention: releases past the `keep` newest (never the active one, nor the one served before it:
+        `protected_ids`) become `pruned`, and every
         party of any release is told the ids to keep; returns the parties that could not be told, with why.
 
         The parties get the ids to keep rather than to delete, so a party missed now catches up at the next prune.
         """
         with self.sessions() as session:
             rows = list_releases(session=session)
-            kept = [r for i, r in enumerate(rows) if r.state != PRUNED and (i < self.keep or r.state == ACTIVE)]
+            protected = protected_ids(rows)
+            kept = [r for i, r in enumerate(rows)
+                    if r.state != PRUNED and (i < self.keep or r.release_id in protected)]
             for row in rows:
                 if row.state != PRUNED and row not in kept:
                     _set(session, row, state=PRUNED, reason=f"pruned: older than the newest {self.keep} releases "

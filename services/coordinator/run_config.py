@@ -224,7 +224,8 @@ def warm_source(*, session: Session) -> WarmSource:
 
 def start_run(*, session: Session, manager: RunManager, config: VerFedGNNRunConfig | FedPerGNNRunConfig,
               preset: str | None, rounds: int | None, min_parties: int, seed: int,
-              party_ids: list[str] | None, warm_start: bool = False) -> RunRow:
+              party_ids: list[str] | None, warm_start: bool = False, max_minutes: float | None = None,
+              publish_on_stop: bool = True) -> RunRow:
     """Resolve and check a run's settings, store it (409 while another run is active) and start it in the background.
 
     What POST /v1/runs does and what a schedule's firing does: one path, one set of checks. A warm run
@@ -234,6 +235,7 @@ def start_run(*, session: Session, manager: RunManager, config: VerFedGNNRunConf
     resolved = resolve_run(config=config, preset=preset, rounds=rounds, seed=seed, previous=previous)
     run = runs.create(session=session, rounds=resolved.rounds, min_parties=min_parties, seed=seed,
                       config=resolved.config, party_ids=party_ids,
-                      warm_start_from=None if previous is None else previous.release_id)
+                      warm_start_from=None if previous is None else previous.release_id,
+                      max_minutes=max_minutes, publish_on_stop=publish_on_stop)
     manager.submit(run.run_id)
     return run

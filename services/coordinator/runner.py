@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -25,7 +26,7 @@ from services.coordinator.psi import align_users
 from services.coordinator.releases import ACTIVE, VALID_NDCG, VALID_RMSE, Releases
 from services.errors import DomainError, PartyUnavailable, ValidationFailed
 from services.federation import registry
-from services.federation.aggregation import aggregation
+from services.federation.aggregation import aggregation, secure_run
 from services.federation.fanout import fan_out
 from services.federation.messages import (
     ConfigureRequest,
@@ -53,6 +54,10 @@ def run_seed(config: Any) -> int:
 
 class Cancelled(Exception):
     """The run was cancelled or the coordinator is shutting down."""
+
+
+# why a run's rounds ended before its cap: early stopping, or its time bound (--max-minutes)
+STALLED, TIMED_OUT = "stopped early: no validation improvement", "stopped: its time bound (max_minutes) was reached"
 
 
 class RunFailed(DomainError):
@@ -97,14 +102,54 @@ def metrics_row(m: Any) -> dict[str, float]:
     return {k: float(v) for k, v in row.items() if math.isfinite(v)}
 
 
-def watched_figure(history: list[dict[str, float]]) -> str | None:
-    """The validation figure early stopping and the kept best round follow: the pooled RMSE when a round has
-    one (some party reports rating errors: exactly as before NDCG was reported), else the pooled NDCG@10
-    (every party implicit), else none (no validation labels, or held-out sums withheld under DP)."""
-    for key in (VALID_RMSE, VALID_NDCG):
+def watched_figure(history: list[dict[str, float]], *, ranks: bool = False) -> str | None:
+    """The validation figure early stopping and the kept best round follow: what the run's model serves.
+
+    A run that trains the ranking objective (`ranks`: rank_weight > 0) serves top-K lists first, so its
+    pooled NDCG@10 decides whenever a round has one, whatever the parties' feedback kind; the same model
+    answers rating predictions too, at that round (one model, one kept round: the ranking figure wins).
+    A rating-only run (rank_weight 0) follows the pooled RMSE. Either falls back to the other figure when
+    its own is missing, and to none (no validation labels, or held-out sums withheld under DP).
+    """
+    for key in ((VALID_NDCG, VALID_RMSE) if ranks else (VALID_RMSE, VALID_NDCG)):
         if any(math.isfinite(m.get(key, math.nan)) for m in history):
             return key
     return None
+
+
+def ranks(config: Any) -> bool:
+    """Whether a run's engine config trains the ranking objective (its kept round then follows NDCG@10)."""
+    train = getattr(config, "train", config)
+    return float(getattr(train, "rank_weight", 0.0) or 0.0) > 0
+
+
+def elapsed_minutes(created_at: datetime) -> float:
+    """Minutes since a run was created (a stored naive time is UTC: SQLite drops the zone)."""
+    start = created_at if created_at.tzinfo is not None else created_at.replace(tzinfo=UTC)
+    return (datetime.now(UTC) - start).total_seconds() / 60.0
+
+
+def progress(*, t: int, total: int, best_metrics: dict[str, float], best: tuple[int, float] | None,
+             watched: str | None, patience: int, seconds: list[float], minutes_left: float | None) -> str:
+    """The progress line of a run after round t: the best validation figures, and what is left at most.
+
+    What is left: the rounds to the cap, or to `patience` rounds past the best round (where the run stops
+    unless validation improves), or to the time bound, whichever comes first, at the mean round time so far.
+    """
+    line = f"round {t + 1}/{total} done"
+    if best is not None:
+        m = best_metrics
+        figs = ", ".join(f"{name} {m[k]:.4f}" for k, name in ((VALID_NDCG, "NDCG@10"), (VALID_RMSE, "RMSE"))
+                         if k in m)
+        line += f"; best validation round {best[0]} ({figs}; kept by {'NDCG@10' if watched == VALID_NDCG else 'RMSE'})"
+    stop_by = total if best is None else min(total, best[0] + patience + 1)
+    left = max(0, stop_by - (t + 1)) * (sum(seconds[-20:]) / max(1, len(seconds[-20:])))
+    if minutes_left is not None:
+        left = min(left, max(0.0, minutes_left * 60))
+    line += f"; at most about {left / 60:.1f} min left"
+    if best is not None and stop_by < total:
+        line += f" (stops after round {stop_by} unless validation improves)"
+    return line
 
 
 def watched_loss(metrics: dict[str, float], key: str | None) -> float | None:
@@ -131,6 +176,7 @@ class RunManager:
         self.futures: dict[str, Future[None]] = {}
         self._stalled_since: dict[str, float] = {}  # run -> when it began waiting without progress
         self._release_lock = threading.Lock()  # one activation at a time (a run's publish or an admin's)
+        self._kept: dict[str, int] = {}  # run -> the best round every party kept (what a stopped run publishes)
 
     def releases(self) -> Releases:
         """Staging and activation of releases at the parties (the runner's and the releases API's)."""
@@ -194,9 +240,9 @@ class RunManager:
             self._run(run_id)
         except Cancelled as exc:
             if not self.stopping.is_set():
-                self._set(run_id, runs.CANCELLED, str(exc))
-        except DomainError as exc:
-            log.exception("run %s failed", run_id)
+                self._cancelled(run_id, str(exc))
+        except DomainError as exc:  # an expected end (too few parties or users, a wait ran out): one line
+            log.warning("run %s failed: %s: %s", run_id, exc.code, exc.detail)
             self._set(run_id, runs.FAILED, f"{exc.code}: {exc.detail}")
         except Exception as exc:
             log.exception("run %s crashed", run_id)
@@ -219,8 +265,27 @@ class RunManager:
         engine, parties = self._prepare(run_id, parties, protocol, config, n_users, counter,
                                         min_parties=run.min_parties, warm=warm)
         self._flush(run_id, counter)
-        best = self._rounds(run_id, protocol, engine)
-        self._publish(run_id, parties, counter, best=best)
+        best, why = self._rounds(run_id, protocol, engine)
+        self._publish(run_id, parties, counter, best=best, stopped=why)
+
+    def _cancelled(self, run_id: str, why: str) -> None:
+        """A cancelled run ends `cancelled`; one with completed rounds first publishes its best round as a
+        release (gated like any other), unless it was created or cancelled with publish_on_stop false."""
+        with self.sessions() as session:
+            run = runs.get(session=session, run_id=run_id)
+            history = runs.rounds_of(session=session, run_id=run_id)
+        if not run.publish_on_stop or run.rounds_done == 0:
+            self._set(run_id, runs.CANCELLED, why)
+            return
+        kept = self._kept.get(run_id)
+        if kept is None:  # a run resumed by a new coordinator process: the parties kept its history's best
+            found = self._best(history, ranks=ranks(train_config(run.config, seed=run.seed, rounds=run.rounds_total)))
+            kept = None if found is None else found[0]
+        try:
+            self._publish(run_id, list(run.party_ids), TrafficCounter(), best=kept, stopped=why, state=runs.CANCELLED)
+        except DomainError as exc:
+            log.warning("run %s: cancelled, and its best round could not be published: %s", run_id, exc.detail)
+            self._set(run_id, runs.CANCELLED, f"{why}; its best round was not published: {exc.code}: {exc.detail}")
 
     def _flush(self, run_id: str, counter: TrafficCounter) -> None:
         sent, received = counter.snapshot()
@@ -319,8 +384,10 @@ class RunManager:
             n = sum(a.train_count for a in answers.values())
             mean = sum(a.train_sum for a in answers.values()) / max(1, n)
             # Key agreement: relay the signed keys; each party seals its seed contribution for each peer.
+            # A federation of one has no peer: no key agreement (and no masking: `secure_run`).
             peers = PeersRequest(announcements=[answers[p].key for p in sorted(answers)])
-            sealed, failures = fan_out(self._pool, clients, lambda c: c.peers(run_id=run_id, request=peers))
+            sealed, failures = ({}, {}) if len(clients) == 1 else fan_out(
+                self._pool, clients, lambda c: c.peers(run_id=run_id, request=peers))
             if failures:
                 party_ids = self._failed(run_id, party_ids, failures, min_parties=min_parties, stage="key agreement")
                 continue
@@ -372,16 +439,24 @@ class RunManager:
         return {sender: answer.sealed[party_id] for sender, answer in sorted(sealed.items())
                 if sender != party_id and party_id in answer.sealed}
 
-    def _rounds(self, run_id: str, protocol: str, engine: Engine) -> int | None:
+    def _rounds(self, run_id: str, protocol: str, engine: Engine) -> tuple[int | None, str | None]:
         """Rounds from the last completed one; below min_parties the run pauses and retries the round.
 
-        Returns the best validation round whose model every party kept (None: no validation figures).
+        Returns the best validation round whose model every party kept (None: no validation figures), and why
+        the rounds ended before the cap (None: they reached it).
         """
         attempt = 0
+        serves_lists = ranks(engine.config)
         with self.sessions() as session:  # a resumed run: the parties kept its best round so far
             done = runs.rounds_of(session=session, run_id=run_id)
-        best, watched = self._best(done), watched_figure([r.metrics for r in done])
-        strategy = aggregation(secure=registry.plan(protocol).secure_by_default(engine.config))
+        best, watched = self._best(done, ranks=serves_lists), watched_figure([r.metrics for r in done],
+                                                                               ranks=serves_lists)
+        if best is not None:
+            self._kept[run_id] = best[0]
+        seconds = [r.seconds for r in done]
+        with self.sessions() as session:
+            members = list(runs.get(session=session, run_id=run_id).party_ids)
+        strategy = aggregation(secure=secure_run(registry.plan(protocol).secure_by_default(engine.config), members))
         patience = int(getattr(engine.config, "patience", 1 << 30))
         # the ranking figure stalls for longer than the RMSE: its own patience (None: the same)
         rank_patience = int(getattr(engine.config, "rank_patience", None) or patience)
@@ -393,8 +468,13 @@ class RunManager:
                 stoppable = min(patience, rank_patience) < run.rounds_total
                 history = runs.rounds_of(session=session, run_id=run_id) if stoppable else []
             t = run.rounds_done
-            if t >= run.rounds_total or (stoppable and self._stalled(history, patience, rank_patience)):
-                return None if best is None else best[0]
+            kept = None if best is None else best[0]
+            if t >= run.rounds_total:
+                return kept, None
+            if stoppable and self._stalled(history, patience, rank_patience, ranks=serves_lists):
+                return kept, STALLED
+            if run.max_minutes is not None and t > 0 and elapsed_minutes(run.created_at) >= run.max_minutes:
+                return kept, TIMED_OUT
             self._check(run_id)
             counter = TrafficCounter()
             clients = self._clients(run.party_ids, counter)
@@ -423,33 +503,45 @@ class RunManager:
             with self.sessions() as session:
                 runs.record_round(session=session, run_id=run_id, record=record,
                                   checkpoint=engine.checkpoint(), keep_round=None if best is None else best[0])
-                runs.set_state(session=session, run_id=run_id, state=runs.RUNNING,
-                               detail=f"round {t + 1}/{run.rounds_total} done; test RMSE "
-                                      f"{row.get('test_rmse', math.nan):.4f}")
             log.info("round completed", extra={"run_id": run_id, "round": t, "request_id": request_id,
                                                "seconds": round(record.seconds, 3), "participants": outcome.participants})
-            now = watched_figure([row])
-            if now is not None and now != watched and watched != VALID_RMSE:
-                watched, best = now, None  # a first figure, or the first rating errors: RMSE decides from here
+            now = watched_figure([row], ranks=serves_lists)
+            first = VALID_NDCG if serves_lists else VALID_RMSE
+            if now is not None and now != watched and watched != first:
+                watched, best = now, None  # a first figure, or the first of the served one's: it decides from here
             loss = watched_loss(row, watched)
             if loss is not None and (best is None or loss < best[1]):
                 best = self._keep_best(run_id, clients, t, loss) or best
+                if best is not None:
+                    self._kept[run_id] = best[0]
+            seconds.append(record.seconds)
+            left = None if run.max_minutes is None else run.max_minutes - elapsed_minutes(run.created_at)
+            with self.sessions() as session:
+                if best is not None and best[0] == t:
+                    best_metrics = row
+                else:
+                    best_metrics = {} if best is None else next(
+                        (dict(r.metrics) for r in runs.rounds_of(session=session, run_id=run_id)
+                         if r.round_index == best[0]), {})
+                runs.set_state(session=session, run_id=run_id, state=runs.RUNNING, detail=progress(
+                    t=t, total=run.rounds_total, best_metrics=best_metrics, best=best, watched=watched,
+                    patience=rank_patience if watched == VALID_NDCG else patience, seconds=seconds, minutes_left=left))
             if self.on_round is not None:
                 self.on_round(run_id, record, engine.config)
             attempt = 0
             self._stalled_since.pop(run_id, None)
 
     @staticmethod
-    def _losses(history: list[Any]) -> list[tuple[float, int]]:
+    def _losses(history: list[Any], *, ranks: bool = False) -> list[tuple[float, int]]:
         """(loss, round) of every round with the watched validation figure (`watched_figure`)."""
-        key = watched_figure([r.metrics for r in history])
+        key = watched_figure([r.metrics for r in history], ranks=ranks)
         out = [(watched_loss(r.metrics, key), r.round_index) for r in history]
         return [(loss, t) for loss, t in out if loss is not None]
 
     @classmethod
-    def _best(cls, history: list[Any]) -> tuple[int, float] | None:
+    def _best(cls, history: list[Any], *, ranks: bool = False) -> tuple[int, float] | None:
         """(round, loss) of the best validation round of a run's history (None: no figures)."""
-        valid = cls._losses(history)
+        valid = cls._losses(history, ranks=ranks)
         return None if not valid else (min(valid)[1], min(valid)[0])
 
     def _keep_best(self, run_id: str, clients: dict[str, PartyClient], round_index: int,
@@ -463,21 +555,23 @@ class RunManager:
         return round_index, loss
 
     @classmethod
-    def _stalled(cls, history: list[Any], patience: int, rank_patience: int | None = None) -> bool:
+    def _stalled(cls, history: list[Any], patience: int, rank_patience: int | None = None, *,
+                 ranks: bool = False) -> bool:
         """Early stopping: `patience` rounds without a better validation RMSE (as the harness does), or, when no
         party reports rating errors (every party implicit), `rank_patience` (default `patience`) rounds without a
         better validation NDCG@10.
 
         Rounds with neither figure (no validation labels, DP's withheld sums) never stop a run.
         """
-        valid = cls._losses(history)
-        if watched_figure([r.metrics for r in history]) == VALID_NDCG and rank_patience is not None:
+        valid = cls._losses(history, ranks=ranks)
+        if watched_figure([r.metrics for r in history], ranks=ranks) == VALID_NDCG and rank_patience is not None:
             patience = rank_patience
         return bool(valid) and valid[-1][1] - min(valid)[1] >= patience
 
-    def _publish(self, run_id: str, party_ids: list[str], counter: TrafficCounter, *, best: int | None) -> None:
+    def _publish(self, run_id: str, party_ids: list[str], counter: TrafficCounter, *, best: int | None,
+                 stopped: str | None = None, state: str = runs.COMPLETED) -> None:
         """Stage the run's serving model (its best validation round's, else its last round's) at every party as a
-        release, activate it if the gate lets it."""
+        release, activate it if the gate lets it. The run's headline figures are that round's: what is served."""
         with self.sessions() as session:
             run = runs.get(session=session, run_id=run_id)
             history = runs.rounds_of(session=session, run_id=run_id)
@@ -485,15 +579,24 @@ class RunManager:
         metrics = next((dict(r.metrics) for r in history if r.round_index == chosen), {})
         release = self.releases().publish(run_id=run_id, party_ids=party_ids, round_index=chosen, metrics=metrics,
                                           warm_start_from=run.warm_start_from)
-        test = history[-1].metrics.get("test_rmse", math.nan) if history else math.nan
         dp = (run.config.get("train") or run.config).get("dp_epsilon") is not None
-        detail = f"completed {run.rounds_done} rounds; " + (
-            f"final test RMSE {test:.4f}" if math.isfinite(test)
-            else "held-out errors are not reported under whole-run differential privacy" if dp
-            else "no test ratings labelled at the parties (fedrec party evaluation-split FILE)")
-        if run.rounds_done < run.rounds_total:
-            detail += " (stopped early: no validation improvement)"
-        detail += f"; {release.release_id} {release.state} (holds round {chosen})"
+        done = f"{run.rounds_done} rounds" if state == runs.COMPLETED else f"{stopped} after {run.rounds_done} rounds"
+        detail = f"{'completed ' if state == runs.COMPLETED else ''}{done}"
+        if state == runs.COMPLETED and stopped is not None:
+            detail += f" ({stopped})"
+        detail += f"; {release.release_id} {release.state}"
         if release.state != ACTIVE:
-            detail += f": {release.reason}"
-        self._set(run_id, runs.COMPLETED, detail)
+            detail += f" ({release.reason})"
+        detail += f"; served round {chosen}: " + served_figures(metrics, dp=dp)
+        self._set(run_id, state, detail)
+
+
+def served_figures(metrics: dict[str, float], *, dp: bool) -> str:
+    """The served round's pooled figures, named as such (validation, then test where labelled)."""
+    parts = [f"pooled {name} {metrics[k]:.4f}" for k, name in
+             ((VALID_NDCG, "validation NDCG@10"), (VALID_RMSE, "validation RMSE"), ("test_rmse", "test RMSE"))
+             if k in metrics and math.isfinite(metrics[k])]
+    if "test_rmse" not in metrics:
+        parts.append("held-out errors are not reported under whole-run differential privacy" if dp
+                     else "no test ratings labelled at the parties (fedrec party evaluation-split FILE)")
+    return ", ".join(parts)

@@ -34,7 +34,8 @@ class RoundRecord:
 
 def create(
     *, session: Session, rounds: int, min_parties: int, seed: int, config: dict[str, Any],
-    party_ids: list[str] | None = None, warm_start_from: str | None = None,
+    party_ids: list[str] | None = None, warm_start_from: str | None = None, max_minutes: float | None = None,
+    publish_on_stop: bool = True,
 ) -> RunRow:
     """Create a pending run over the given (default: all enabled) parties; 409 if a run is active."""
     active = session.scalar(select(RunRow).where(RunRow.state.in_(ACTIVE_STATES)))
@@ -44,7 +45,7 @@ def create(
     run = RunRow(run_id=uuid.uuid4().hex[:16], state=PENDING, detail="queued", config=config,
                  party_ids=list(party_ids), rounds_total=rounds, rounds_done=0, min_parties=min_parties,
                  seed=seed, bytes_sent={}, bytes_received={}, cancel_requested=False,
-                 warm_start_from=warm_start_from)
+                 warm_start_from=warm_start_from, max_minutes=max_minutes, publish_on_stop=publish_on_stop)
     session.add(run)
     session.commit()
     return run
@@ -84,13 +85,19 @@ def rounds_of(*, session: Session, run_id: str) -> list[RoundRow]:
     return list(session.scalars(select(RoundRow).where(RoundRow.run_id == run_id).order_by(RoundRow.round_index)))
 
 
-def cancel(*, session: Session, run_id: str) -> RunRow:
-    """Ask a run to stop after its current step; a finished run answers 409."""
+def cancel(*, session: Session, run_id: str, publish: bool | None = None) -> RunRow:
+    """Ask a run to stop after its current step; a finished run answers 409.
+
+    The runner then publishes the run's best round as a release (gated), unless `publish` is false (None: as
+    the run was created). A pending run has no round to publish: it ends at once.
+    """
     run = get(session=session, run_id=run_id)
     if run.state in FINAL_STATES:
         raise Conflict(f"run {run_id} is already {run.state}", extra={"run_id": run_id})
     run.cancel_requested = True
-    if run.state in (PENDING, PAUSED):
+    if publish is not None:
+        run.publish_on_stop = publish
+    if run.state == PENDING or (run.state == PAUSED and not run.publish_on_stop):
         run.state, run.detail = CANCELLED, "cancelled by admin"
     session.commit()
     return run
@@ -157,6 +164,6 @@ def checkpoint_of(*, session: Session, run_id: str, round_index: int) -> bytes |
 
 def resumable(*, session: Session) -> list[str]:
     """Runs a restarted coordinator must pick up again."""
-    rows = session.scalars(select(RunRow).where(RunRow.state.in_((PENDING, ALIGNING, RUNNING, PAUSED)),
-                                                RunRow.cancel_requested.is_(False)))
-    return [r.run_id for r in rows]
+    rows = session.scalars(select(RunRow).where(RunRow.state.in_((PENDING, ALIGNING, RUNNING, PAUSED))))
+    # a run cancelled while no coordinator ran it still publishes its best round (it stops at once)
+    return [r.run_id for r in rows if not r.cancel_requested or (r.publish_on_stop and r.rounds_done > 0)]

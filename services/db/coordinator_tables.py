@@ -5,7 +5,18 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, LargeBinary, String, Text
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    true,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from services.db.base import CoordinatorBase
@@ -53,6 +64,10 @@ class RunRow(CoordinatorBase):
     cancel_requested: Mapped[bool] = mapped_column(default=False)
     # the release a warm run starts from (chosen when the run is created: the active one then); None: cold
     warm_start_from: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # a time bound: past it the run stops after its current round (None: bounded by rounds only)
+    max_minutes: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # a cancelled or timed-out run publishes its best round as a release (gated) unless this is false
+    publish_on_stop: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
 

@@ -253,19 +253,19 @@ def run_configuration(shares: Mapping[str, PartyShare], *, config: TrainConfig, 
     for p, s in shares.items():
         data = local_data(s)
         run = topk.train_ranked({p: data}, config=off, protocol=f"local:{p}", on_round=on_round,
-                                valid_loss=ranking_valid_loss({p: data}))
+                                valid_loss=ranking_valid_loss({p: data}), round_ndcg=config.rank_weight > 0)
         local[p] = slice_figures(evals[p], place_scores(evals[p], _users(s.dataset).tolist(), run.scores()[p]))
         log(f"{p} alone: best round {run.result.best_round} of {run.result.rounds_run}")
     central = central_share(shares)
     cdata = local_data(central)
     crun = topk.train_ranked({"central": cdata}, config=off, protocol="central", on_round=on_round,
-                             valid_loss=ranking_valid_loss({"central": cdata}))
+                             valid_loss=ranking_valid_loss({"central": cdata}), round_ndcg=config.rank_weight > 0)
     log(f"central: best round {crun.result.best_round} of {crun.result.rounds_run}")
     ceiling = {p: slice_figures(evals[p], central_block(crun.scores()["central"], central, s, evals[p]))
                for p, s in shares.items()}
     datas = federated_data(shares, private=private)
     run = topk.train_ranked(datas, config=config, protocol="federated", on_round=on_round,
-                            valid_loss=ranking_valid_loss(datas))
+                            valid_loss=ranking_valid_loss(datas), round_ndcg=config.rank_weight > 0)
     log(f"federated: best round {run.result.best_round} of {run.result.rounds_run}")
     rows = []
     for p in shares:

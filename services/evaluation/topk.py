@@ -6,6 +6,7 @@ order). "Training" for the candidate rule is train ∪ validation (SPEC §5: wha
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
@@ -134,7 +135,8 @@ def train_ranked(parties: Mapping[str, PartyData], *, config: TrainConfig, proto
                  global_mean: float | None = None, secrets: Mapping[str, bytes] | None = None,
                  on_round: RoundCallback | None = None,
                  on_model: Callable[[int, dict[str, np.ndarray]], None] | None = None,
-                 valid_loss: Callable[[dict[str, np.ndarray]], float] | None = None) -> RankedRun:
+                 valid_loss: Callable[[dict[str, np.ndarray]], float] | None = None,
+                 round_ndcg: bool = False) -> RankedRun:
     """Train VerFedGNN in-process with early stopping, keeping the best round's serving arrays.
 
     Two or more parties are a federation, built exactly as the HTTP parties build theirs
@@ -146,7 +148,10 @@ def train_ranked(parties: Mapping[str, PartyData], *, config: TrainConfig, proto
     gets every round's per-party ranking scores (for figures over rounds). `valid_loss(scores)`, when
     given, replaces the validation RMSE that early stopping watches (lower is better): for parties
     that report no rating errors (implicit feedback), e.g. 1 − validation NDCG; it stops after
-    `config.rank_patience` rounds without improvement (default `patience`).
+    `config.rank_patience` rounds without improvement (default `patience`). `round_ndcg`: stop on (and keep the
+    best round by) the round's own pooled validation NDCG@10, the figure a coordinator run of a ranking config
+    follows (services/coordinator/runner.py `watched_figure`), where the round reports one; `valid_loss` is
+    then the fallback for rounds without it.
     """
     fed: InProcessFederation
     if len(parties) > 1:
@@ -174,10 +179,13 @@ def train_ranked(parties: Mapping[str, PartyData], *, config: TrainConfig, proto
                 on_model(t, scores)
             if valid_loss is not None:
                 m = replace(m, rmse={**m.rmse, "valid": valid_loss(scores)})
+        pooled = m.ndcg.get("valid", math.nan) if round_ndcg else math.nan
+        if math.isfinite(pooled):
+            m = replace(m, rmse={**m.rmse, "valid": 1.0 - pooled})  # lower is better, as the RMSE it stands for
         return m
 
     # the ranking figure has its own patience (`rank_patience`): it stalls for longer than the RMSE does
-    stop = config if valid_loss is None or config.rank_patience is None else \
+    stop = config if (valid_loss is None and not round_ndcg) or config.rank_patience is None else \
         config.model_copy(update={"patience": config.rank_patience})
     result = train_rounds(run_round, config=stop, protocol=protocol, on_round=on_round, on_best=keep)
     return RankedRun(result, dict(kept), fed)

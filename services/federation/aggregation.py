@@ -18,7 +18,7 @@ Either way the protocol's round is one sequence: it never knows which strategy c
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -412,6 +412,12 @@ class MaskedUpload:
             raise ProtocolError(f"{label} was already unmasked for another set of survivors", extra={"field": "dropped"})
         mine = att.shares[label]
         return {"seed": {s: mine[s]["seed"] for s in survivors}, "key": {d: mine[d]["key"] for d in dropped}}
+
+
+def secure_run(secure: bool, parties: Collection[str]) -> bool:
+    """Whether a run's sums are masked: as its settings say, except in a federation of one party (nobody to mask
+    from: its uploads are its own sums, and no pairwise key exists)."""
+    return secure and len(parties) > 1
 
 
 def party_aggregation(*, secure: bool, secagg: SecAggParty, parties: Sequence[str]) -> PartyAggregation:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from services.errors import ProtocolError
-from services.federation.aggregation import aggregation, party_aggregation
+from services.federation.aggregation import aggregation, party_aggregation, secure_run
 from services.federation.links import InProcessLink, Link
 from services.federation.plan import Engine, PartySide, ProtocolPlan, Seeds
 
@@ -20,7 +20,7 @@ class InProcessRun:
         announced = {p: plan.announce(d) for p, d in datas.items()}
         n = sum(c for c, _ in announced.values())
         mean = sum(s for _, s in announced.values()) / max(1, n)
-        secure = plan.secure_by_default(config)
+        secure = secure_run(plan.secure_by_default(config), datas)
         self.sides: dict[str, PartySide] = {
             p: plan.party(config=config, data=d, seeds=seeds[p], item_counts=counts,
                           aggregation=party_aggregation(secure=secure, secagg=secagg[p], parties=sorted(datas)))

@@ -18,7 +18,7 @@ from services.crypto.psi import PsiParty
 from services.crypto.secagg import SecAggParty
 from services.errors import CryptoError, NotFound, ProtocolError, ValidationFailed
 from services.federation import registry
-from services.federation.aggregation import RECOVERY, party_aggregation
+from services.federation.aggregation import RECOVERY, party_aggregation, secure_run
 from services.federation.links import Step
 from services.federation.messages import (
     ConfigureRequest,
@@ -38,6 +38,8 @@ from services.party.dp_policy import DpPolicy, check_dp_request
 from services.party.serving import ServingModel, publish, release_model
 from services.protocol.federation import decode_points, encode_points, pack_tree, unpack_tree
 from services.verfedgnn.distributed import Cluster
+from services.verfedgnn.plan import carve_validation
+from services.verfedgnn.types import SPLIT_CODES
 
 KEEP_SNAPSHOTS = 3
 MIN_REPORT_USERS = 10  # a value-report slice with fewer validation users is left out (too few to mean anything)
@@ -266,6 +268,13 @@ class FederationService:
         users, items, ratings, codes = store.load_ratings(session=session)
         assert run.secagg is not None
         table = RatingTable(np.asarray(users, dtype=object), np.asarray(items, dtype=object), ratings, codes)
+        fraction = float(getattr(getattr(run.config, "train", run.config), "valid_fraction", 0.0) or 0.0)
+        if fraction > 0 and not np.any(codes == SPLIT_CODES["valid"]):
+            # The first carve is kept: later runs (warm or cold, any seed) score the same validation pairs.
+            codes = carve_validation(table, fraction=fraction, seed=run.seed, party_id=self.party_id,
+                                     aligned=run.user_order)
+            store.keep_carved_validation(session=session, users=users, items=items, codes=codes, run_id=run.run_id)
+            table = RatingTable(table.users, table.items, ratings, codes)
         # DP runs: the training matrix is randomized here, before any count or message leaves the party
         run.data = run.plan.load(config=run.config, party_id=self.party_id, table=table, user_order=run.user_order,
                                  item_order=run.item_order, total_items=total_items,
@@ -282,7 +291,9 @@ class FederationService:
             if request.item_counts.get(self.party_id) != len(run.item_order):
                 raise ProtocolError("item_counts does not match this party's catalogue size")
             value = store.get_state(session=session, key=f"run:{run_id}") or {}
-            if not value.get("peers") or run.secagg is None or not run.secagg.pair_keys:
+            # a federation of one (this party alone) has no peer to agree keys with and nothing to mask
+            alone = set(request.item_counts) == {self.party_id}
+            if not alone and (not value.get("peers") or run.secagg is None or not run.secagg.pair_keys):
                 raise ProtocolError(f"run {run_id}: no key agreement yet (peers step)")
             value["start"] = request.model_dump()
             self._build(session, run, request)
@@ -296,8 +307,8 @@ class FederationService:
             seeds = Seeds(run.secagg.agreed_seed(run.seed, request.sealed), run.secagg.derived_seed("local", run.seed))
         except CryptoError as exc:
             raise ProtocolError(f"seed agreement failed: {exc.detail}") from exc
-        aggregation = party_aggregation(secure=run.plan.secure_by_default(run.config), secagg=run.secagg,
-                                        parties=sorted(request.item_counts))
+        aggregation = party_aggregation(secure=secure_run(run.plan.secure_by_default(run.config), request.item_counts),
+                                        secagg=run.secagg, parties=sorted(request.item_counts))
         _close_side(run)
         # ---- distributed training (services.verfedgnn.distributed): a plan that offers it, W > 1
         private = len(getattr(data, "private_user_ids", []))
@@ -366,7 +377,8 @@ class FederationService:
             return run
         value = store.get_state(session=session, key=f"run:{run_id}")
         found = store.get_artifact(session=session, name=f"alignment:{run_id}")
-        if not value or not value.get("start") or not value.get("peers") or found is None:
+        alone = bool(value) and set((value.get("start") or {}).get("item_counts") or {}) == {self.party_id}
+        if not value or not value.get("start") or not (value.get("peers") or alone) or found is None:
             raise NotFound(f"run {run_id} is not known at this party", extra={"field": "run_id"})
         users = [str(u) for u in unpack_tree(found[1])["user_ids"].tolist()]
         plan = registry.plan(registry.protocol_of(value["config"]))
@@ -374,7 +386,8 @@ class FederationService:
         run = _Run(run_id, plan, config, int(value["seed"]), users, store.all_item_ids(session=session),
                    warm=WarmStartRef(**value["warm_start"]) if value.get("warm_start") else None)
         run.secagg = SecAggParty(party_id=self.party_id, secret=self.secret(session), run_id=run_id)
-        run.secagg.accept(announcements_from(value["peers"]))  # verified (and pinned) when first received
+        if not alone:
+            run.secagg.accept(announcements_from(value["peers"]))  # verified (and pinned) when first received
         self._build(session, run, StartRequest(**value["start"]))
         self._runs[run_id] = run
         return run

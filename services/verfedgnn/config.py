@@ -44,15 +44,16 @@ class VerFedGNNSettings(BaseModel):
     reg_warmup: int = Field(0, ge=0, le=100_000, description="rounds over which reg and weight_decay ramp up "
                             "linearly from 0 (lets embeddings leave the zero saddle before strong L2 applies)")
     patience: int = Field(30, ge=1, le=100_000, description="early stopping: the run ends after this many rounds "
-                          "without a better validation RMSE (needs validation ratings labelled at the parties); "
-                          "when no party reports rating errors (every party implicit), without a better "
-                          "validation NDCG@10, after rank_patience rounds if set")
+                          "without a better validation RMSE (needs validation labels at the parties, or "
+                          "valid_fraction); a run that trains the ranking objective (rank_weight > 0) stops and "
+                          "keeps its round by validation NDCG@10 instead, after rank_patience rounds if set")
     rank_patience: int | None = Field(None, ge=1, le=100_000, description="early-stopping patience when the run "
-                                      "watches the pooled validation NDCG@10 instead of the RMSE (every party "
-                                      "implicit, so no rating error); None: patience")
+                                      "watches the pooled validation NDCG@10 (rank_weight > 0, or no party "
+                                      "reports rating errors); None: patience")
     valid_fraction: float = Field(0.0, ge=0.0, le=0.5, description="a party with no validation labels holds out "
                                   "this share of its training ratings (seeded) as its validation split, so early "
-                                  "stopping works without labelling one (0: none)")
+                                  "stopping works without labelling one; the first carve is kept at the party, so "
+                                  "every later run scores the same validation pairs (0: none)")
     thd: float = Field(4.0, ge=-1e6, le=1e6, description="only ratings >= thd become graph edges")
     clip_bound: float = Field(0.5, gt=0.0, le=1e3, description="public gradients are clipped to this "
                               "L-infinity bound before ternary quantization")

@@ -189,8 +189,14 @@ def test_retention_keeps_the_newest_and_the_active(
     assert rel.read("release-3").state == "pruned" and "release-3" in parties["b"].staged
     parties["b"].down = False
     assert rel.activate(release_id="release-4", force=True).state == "active"
-    assert rel.read("release-1").state == "pruned" and rel.read("release-5").state == "staged"
-    assert parties["a"].staged == {"release-4", "release-5"} and parties["b"].staged == {"release-4"}
+    # release-1, served before it (the newest that passed the gate), stays: the way back (issue 34)
+    assert rel.read("release-1").state == "retired" and rel.read("release-5").state == "staged"
+    assert parties["a"].staged == {"release-1", "release-4", "release-5"}
+    assert parties["b"].staged == {"release-1", "release-4"}
+    assert rel.activate(release_id="release-1").state == "active"  # a rollback, no gate
+    for valid in (1.6, 1.7):  # release-6 and -7, held: release-5 goes; release-4 (served before) stays
+        _publish(sessions, rel, valid)
+    assert rel.read("release-4").state == "retired" and rel.read("release-5").state == "pruned"
 
 
 def test_releases_of_an_all_implicit_federation_are_gated_on_ndcg(

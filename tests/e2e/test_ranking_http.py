@@ -65,10 +65,11 @@ def test_no_body_carries_a_negative_item_id_or_an_item_count(
 
 def test_served_top_k_is_the_harness_list(done: tuple[Federation, dict[str, Any], list[Any]]) -> None:
     """The coordinator's fan-out serves exactly the merged list of the harness's model (`topk.train_ranked`) of
-    the run's best validation round (the round its release holds), blended at each party with its local EASE as
-    the harness blends it (`services.evaluation.served`); the release carries each party's value report."""
+    the run's best validation round (the round its release holds: a ranking run's best validation NDCG@10), blended
+    at each party with its local EASE as the harness blends it (`services.evaluation.served`); the release carries
+    each party's value report."""
     fed, status, _ = done
-    best = min((r["metrics"]["valid_rmse"], r["round_index"]) for r in status["rounds"])[1]
+    best = min((-r["metrics"]["valid_ndcg@10"], r["round_index"]) for r in status["rounds"])[1]
     config = run_config(CONFIG, seed=SEED, rounds=ROUNDS).model_copy(update={"patience": ROUNDS})
     assert config.secure_aggregation, "a coordinator run's default (secure aggregation) is what is compared"
     datas = party_datas(fed.datasets)

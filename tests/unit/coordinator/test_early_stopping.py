@@ -51,3 +51,29 @@ def test_the_ranking_figure_stops_after_rank_patience_and_the_rmse_after_patienc
     assert RunManager._stalled(longer, patience=3, rank_patience=5)
     rmse = _history([1.0, 0.9, 0.95, 0.96, 0.97])
     assert RunManager._stalled(rmse, patience=3, rank_patience=50), "rank_patience never delays an RMSE stop"
+
+
+def test_a_ranking_run_keeps_and_stops_by_ndcg_whatever_the_feedback_kind() -> None:
+    # issue 31, item 4: a run that serves top-K lists (rank_weight > 0) keeps its best NDCG@10 round even where
+    # the parties report rating errors; a rating-only run keeps its best RMSE round
+    both = [RoundRecord(t, ["a", "b"], {}, {"valid_rmse": r, "valid_ndcg@10": n})
+            for t, (r, n) in enumerate([(1.0, 0.1), (0.9, 0.1), (0.95, 0.3), (0.96, 0.4), (0.97, 0.35)])]
+    assert watched_figure([r.metrics for r in both], ranks=True) == "valid_ndcg@10"
+    assert RunManager._best(both, ranks=True) == (3, -0.4) and RunManager._best(both) == (1, 0.9)
+    assert not RunManager._stalled(both, patience=3, ranks=True) and RunManager._stalled(both, patience=3)
+    # a ranking run whose parties report no NDCG (none ranked) falls back to the RMSE
+    rmse_only = _history([1.0, 0.9, 0.95, 0.96, 0.97])
+    assert watched_figure([r.metrics for r in rmse_only], ranks=True) == "valid_rmse"
+
+
+def test_the_progress_line_names_the_best_round_and_what_is_left() -> None:
+    from services.coordinator.runner import progress
+
+    line = progress(t=9, total=1000, best_metrics={"valid_ndcg@10": 0.25, "valid_rmse": 0.93}, best=(6, -0.25),
+                    watched="valid_ndcg@10", patience=5, seconds=[2.0] * 10, minutes_left=None)
+    assert line.startswith("round 10/1000 done; best validation round 6 (NDCG@10 0.2500, RMSE 0.9300; kept by NDCG@10)")
+    # 5 rounds past round 6 end the run after round 12: 2 more rounds of 2 s
+    assert "at most about 0.1 min left (stops after round 12 unless validation improves)" in line
+    bounded = progress(t=9, total=1000, best_metrics={}, best=None, watched=None, patience=5, seconds=[60.0],
+                       minutes_left=3.0)
+    assert bounded == "round 10/1000 done; at most about 3.0 min left"

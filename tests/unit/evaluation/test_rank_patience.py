@@ -36,3 +36,14 @@ def test_without_rank_patience_the_ranking_figure_uses_patience() -> None:
     run = topk.train_ranked(_party(), config=config, protocol="p",
                             valid_loss=lambda _: float(next(losses)))
     assert run.result.rounds_run == 1 + CONFIG.patience
+
+
+def test_round_ndcg_stops_on_the_rounds_own_pooled_figure_as_the_coordinator_does() -> None:
+    # issue 31, item 4: the benchmark keeps the round a coordinator run keeps (its pooled validation NDCG@10)
+    figures: list[float] = []
+    run = topk.train_ranked(_party(), config=CONFIG, protocol="p", round_ndcg=True,
+                            on_round=lambda _, m: figures.append(m.ndcg["valid"]))
+    assert figures and all(0.0 <= f <= 1.0 for f in figures)
+    best = max(range(len(figures)), key=lambda t: (figures[t], -t))
+    assert run.result.best_round == best
+    assert run.result.rounds_run == CONFIG.rounds or run.result.rounds_run == best + 1 + RANK_PATIENCE

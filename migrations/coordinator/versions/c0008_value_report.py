@@ -1,7 +1,7 @@
 """Value report: what each party gains, per slice of its users, on the release's validation split.
 
-Revision ID: c0007
-Revises: c0006
+Revision ID: c0008
+Revises: c0007
 Create Date: 2026-11-28
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "c0007"
-down_revision = "c0006"
+revision = "c0008"
+down_revision = "c0007"
 branch_labels = None
 depends_on = None
 
