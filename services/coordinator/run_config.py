@@ -78,17 +78,18 @@ def stored_settings(engine: EngineConfig) -> dict[str, Any]:
     return {"protocol": "verfedgnn", **engine.model_dump(exclude=ENGINE_ONLY)}
 
 
-def check_privacy(engine: EngineConfig) -> None:
+def check_privacy(engine: EngineConfig, *, protocol: str) -> None:
     """Compute the run's privacy record (its guarantee included) and hold it to the run's budget (409)."""
-    train = engine.train if isinstance(engine, FedPerGNNConfig) else engine
+    plan = registry.plan(protocol)
     try:
-        engine.privacy_record()
-        guarantee = train.guarantee()
+        plan.privacy_record(engine)
+        guarantee = plan.guarantee(engine)
     except (ArithmeticError, ValueError) as exc:  # a setting the accountant cannot compute a guarantee for
         raise ValidationFailed(f"invalid config: the run's privacy guarantee cannot be computed ({exc})",
                                extra={"field": "config.dp_epsilon"}) from exc
-    if train.dp_budget_epsilon is not None:
-        require_budget(guarantee, budget_epsilon=train.dp_budget_epsilon, budget_delta=train.dp_budget_delta)
+    budget = plan.budget(engine)
+    if budget is not None:
+        require_budget(guarantee, budget_epsilon=budget[0], budget_delta=budget[1])
 
 
 def resolve_run(*, config: VerFedGNNRunConfig | FedPerGNNRunConfig, preset: str | None, rounds: int | None,
@@ -117,7 +118,7 @@ def resolve_run(*, config: VerFedGNNRunConfig | FedPerGNNRunConfig, preset: str 
             raise WarmStartRefused(f"cannot warm start from {previous.release_id}: {exc}",
                                    extra={"field": "warm_start", "release_id": previous.release_id}) from exc
     engine = engine_config(settings, seed=seed, rounds=length)
-    check_privacy(engine)
+    check_privacy(engine, protocol=protocol)
     return ResolvedRun(preset=name, rounds=length, config=stored_settings(engine), engine=engine)
 
 

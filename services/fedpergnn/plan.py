@@ -18,7 +18,8 @@ import numpy as np
 from services.errors import ProtocolError
 from services.federation.aggregation import Aggregation, PartyAggregation
 from services.federation.links import Handler, Link
-from services.federation.plan import RatingTable, RoundOutcome, Seeds
+from services.crypto.interaction_dp import RunGuarantee
+from services.federation.plan import RatingTable, RoundOutcome, Seeds, StoppingRule
 from services.fedpergnn.config import FedPerGNNConfig
 from services.fedpergnn.party import FedPerGNNParty
 from services.fedpergnn.rounds import FedPerGNNHandler, play_round, relay_for
@@ -117,6 +118,28 @@ class FedPerGNNPlan:
     def secure_by_default(self, config: Any) -> bool:
         """FedPerGNN's uploads are LDP-noised and summed as sent (its design)."""
         return False
+
+    def seed(self, config: FedPerGNNConfig) -> int:
+        """The run seed (kept with the GNN's settings)."""
+        return config.train.seed
+
+    def stopping(self, config: FedPerGNNConfig) -> StoppingRule:
+        """The GNN settings' patience (under `train`), as VerFedGNN's."""
+        train = config.train
+        return StoppingRule(patience=train.patience, rank_patience=train.rank_patience or train.patience)
+
+    def guarantee(self, config: FedPerGNNConfig) -> RunGuarantee:
+        """The shared training settings' whole-run guarantee."""
+        return config.guarantee()
+
+    def privacy_record(self, config: FedPerGNNConfig) -> dict[str, object]:
+        """FedPerGNN's mechanisms and their parameters."""
+        return config.privacy_record()
+
+    def budget(self, config: FedPerGNNConfig) -> tuple[float, float] | None:
+        """The (ε, δ) budget of the GNN's settings, if set."""
+        train = config.train
+        return None if train.dp_budget_epsilon is None else (train.dp_budget_epsilon, train.dp_budget_delta)
 
     def warm_settings(self, *, previous: Mapping[str, Any], settings: Mapping[str, Any],
                       explicit: AbstractSet[str]) -> dict[str, Any]:

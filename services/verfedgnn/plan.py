@@ -13,7 +13,8 @@ import numpy as np
 from services.errors import PolicyRefused
 from services.federation.aggregation import Aggregation, PartyAggregation
 from services.federation.links import Handler, Link
-from services.federation.plan import RatingTable, RoundOutcome, Seeds
+from services.crypto.interaction_dp import RunGuarantee
+from services.federation.plan import RatingTable, RoundOutcome, Seeds, StoppingRule
 from services.verfedgnn.config import TrainConfig, model_config, run_config
 from services.verfedgnn.coordinator import CoordinatorTrainer
 from services.verfedgnn.distributed import Cluster, DistributedPartyTrainer
@@ -175,6 +176,26 @@ class VerFedGNNPlan:
     def secure_by_default(self, config: Any) -> bool:
         """Masked sums unless the run turned secure aggregation off."""
         return bool(config.secure_aggregation)
+
+    def seed(self, config: TrainConfig) -> int:
+        """The run seed."""
+        return config.seed
+
+    def stopping(self, config: TrainConfig) -> StoppingRule:
+        """`patience` on the validation RMSE, `rank_patience` (None: `patience`) on the validation NDCG@10."""
+        return StoppingRule(patience=config.patience, rank_patience=config.rank_patience or config.patience)
+
+    def guarantee(self, config: TrainConfig) -> RunGuarantee:
+        """The randomized response's whole-run guarantee."""
+        return config.guarantee()
+
+    def privacy_record(self, config: TrainConfig) -> dict[str, object]:
+        """The run's mechanisms and their parameters."""
+        return config.privacy_record()
+
+    def budget(self, config: TrainConfig) -> tuple[float, float] | None:
+        """The run's (ε, δ) budget, if set."""
+        return None if config.dp_budget_epsilon is None else (config.dp_budget_epsilon, config.dp_budget_delta)
 
     def warm_settings(self, *, previous: Mapping[str, Any], settings: Mapping[str, Any],
                       explicit: AbstractSet[str]) -> dict[str, Any]:
