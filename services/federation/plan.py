@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
+from pydantic import BaseModel
 
 from services.federation.aggregation import Aggregation, PartyAggregation
 from services.federation.links import Handler, Link
@@ -116,10 +117,34 @@ class PartySide(Protocol):
         ...
 
 
+class RunSettings(Protocol):
+    """A run's settings as the coordinator API validated them (a protocol's `run_model`)."""
+
+    @property
+    def protocol(self) -> str:
+        """The protocol the settings name."""
+        ...
+
+    def explicit(self) -> dict[str, Any]:
+        """The settings the caller set, as plain values."""
+        ...
+
+
 class ProtocolPlan(Protocol):
     """Everything the runtime needs of a protocol."""
 
     name: str
+    run_model: type[BaseModel]  # the coordinator API's strict settings model (discriminated on `protocol`)
+    default_preset: str  # what a run that names no preset starts from
+    presets: Mapping[str, Mapping[str, Any]]  # the presets this protocol's runs may name
+
+    def resolve(self, *, explicit: Mapping[str, Any], preset: str) -> tuple[int, dict[str, Any]]:
+        """A new run's (rounds cap, settings, `protocol` included): the preset's values, then the caller's."""
+        ...
+
+    def stored_settings(self, config: Any) -> dict[str, Any]:
+        """Every setting of a typed config as a run stores it (its seed and rounds are the run's own)."""
+        ...
 
     def config(self, raw: Mapping[str, Any], *, seed: int, rounds: int) -> Any:
         """The protocol's typed config from a run's settings (pydantic ValidationError if invalid)."""

@@ -20,12 +20,13 @@ from services.federation.aggregation import Aggregation, PartyAggregation
 from services.federation.links import Handler, Link
 from services.crypto.interaction_dp import RunGuarantee
 from services.federation.plan import RatingTable, RoundOutcome, Seeds, StoppingRule
-from services.fedpergnn.config import FedPerGNNConfig
+from services.fedpergnn.config import DEFAULT_PRESET, FedPerGNNConfig, FedPerGNNRunConfig
 from services.fedpergnn.party import FedPerGNNParty
 from services.fedpergnn.rounds import FedPerGNNHandler, play_round, relay_for
 from services.verfedgnn.config import run_config
 from services.verfedgnn.coordinator import CoordinatorTrainer
-from services.verfedgnn.plan import load_party_data
+from services.verfedgnn.plan import ENGINE_ONLY, load_party_data
+from services.verfedgnn.presets import PRESETS, protocol_preset
 from services.verfedgnn.state_codec import dump_state, load_state
 from services.verfedgnn.types import PartyData
 
@@ -85,6 +86,23 @@ class FedPerGNNPlan:
     """The registry's entry for FedPerGNN."""
 
     name = "fedpergnn"
+    run_model = FedPerGNNRunConfig
+    default_preset = DEFAULT_PRESET
+    presets = PRESETS
+
+    def resolve(self, *, explicit: Mapping[str, Any], preset: str) -> tuple[int, dict[str, Any]]:
+        """FedPerGNN's own settings as set; the preset's values then the caller's under `train` (the plan's
+        `config` applies the coordinator's run defaults there)."""
+        rest = dict(explicit)
+        gnn = dict(rest.pop("train", {}))
+        values = protocol_preset(preset, model=gnn.get("model", "gcn"), protocol=self.name)
+        rounds = int(values.pop("rounds"))
+        return rounds, {"protocol": self.name, **rest, "train": {**values, **gnn}}
+
+    def stored_settings(self, config: FedPerGNNConfig) -> dict[str, Any]:
+        """FedPerGNN's settings, and the GNN's but the run's own (seed, rounds) under `train`."""
+        return {"protocol": self.name, **config.model_dump(exclude={"train"}),
+                "train": config.train.model_dump(exclude=ENGINE_ONLY)}
 
     def config(self, raw: Mapping[str, Any], *, seed: int, rounds: int) -> FedPerGNNConfig:
         """FedPerGNN's settings with the shared GNN settings under `train` (the run's seed and rounds win)."""

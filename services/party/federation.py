@@ -19,6 +19,7 @@ from services.crypto.secagg import SecAggParty
 from services.errors import CryptoError, NotFound, ProtocolError, ValidationFailed
 from services.federation import registry
 from services.federation.aggregation import RECOVERY, party_aggregation
+from services.federation.cluster import Cluster
 from services.federation.links import Step
 from services.federation.messages import (
     ConfigureRequest,
@@ -37,7 +38,6 @@ from services.party import fed_store as store
 from services.party.dp_policy import DpPolicy, check_dp_request
 from services.party.serving import ServingModel, publish, release_model
 from services.protocol.federation import decode_points, encode_points, pack_tree, unpack_tree
-from services.verfedgnn.distributed import Cluster
 
 KEEP_SNAPSHOTS = 3
 BEST_MODEL, BEST_TRAINER = "best-model:", "best-trainer:"  # + run id: the kept best round (version = round + 2)

@@ -15,10 +15,11 @@ from services.federation.aggregation import Aggregation, PartyAggregation
 from services.federation.links import Handler, Link
 from services.crypto.interaction_dp import RunGuarantee
 from services.federation.plan import RatingTable, RoundOutcome, Seeds, StoppingRule
-from services.verfedgnn.config import TrainConfig, model_config, run_config
+from services.verfedgnn.config import RUN_DEFAULTS, TrainConfig, VerFedGNNRunConfig, model_config, run_config
 from services.verfedgnn.coordinator import CoordinatorTrainer
 from services.verfedgnn.distributed import Cluster, DistributedPartyTrainer
 from services.verfedgnn.party import PartyTrainer
+from services.verfedgnn.presets import DEFAULT_PRESET, PRESETS, protocol_preset
 from services.verfedgnn.private_data import training_data
 from services.verfedgnn.rounds import VerFedGNNParty, run_round
 from services.verfedgnn.secure import seeded_trainer
@@ -77,6 +78,7 @@ class VerFedGNNEngine:
         self.trainer.load_state_dict(load_state(state))
 
 
+ENGINE_ONLY = {"seed", "rounds", "projection_seed"}  # the run's own, or agreed among the parties at set-up
 _VALID_TAG = 0x56414C  # separates the validation carve's stream from the run's other seeded streams
 _PRIVATE_TAG = 0x505256  # the carve of the private users' rows: its own stream, so the aligned carve ignores them
 
@@ -134,6 +136,19 @@ class VerFedGNNPlan:
     """The registry's entry for VerFedGNN."""
 
     name = "verfedgnn"
+    run_model = VerFedGNNRunConfig
+    default_preset = DEFAULT_PRESET
+    presets = PRESETS
+
+    def resolve(self, *, explicit: Mapping[str, Any], preset: str) -> tuple[int, dict[str, Any]]:
+        """The preset's values for the run's model, the coordinator's RUN_DEFAULTS, then the caller's."""
+        values = protocol_preset(preset, model=explicit.get("model", "gcn"), protocol=self.name)
+        rounds = int(values.pop("rounds"))
+        return rounds, {"protocol": self.name, **RUN_DEFAULTS, **values, **explicit}
+
+    def stored_settings(self, config: TrainConfig) -> dict[str, Any]:
+        """Every engine setting but the run's own (seed, rounds) and the parties' (projection seed)."""
+        return {"protocol": self.name, **config.model_dump(exclude=ENGINE_ONLY)}
 
     def config(self, raw: Mapping[str, Any], *, seed: int, rounds: int) -> TrainConfig:
         """The engine config (the run's seed and rounds win)."""
