@@ -77,9 +77,9 @@ def merge_order(scores: np.ndarray, k: int, *, demoted: np.ndarray | None = None
     Works on one merged list (1-D) or one per row (2-D, along the last axis); what the coordinator's fan-out
     and the experiments' merged top-K both use.
     """
-    keys = (-np.asarray(scores, dtype=np.float64),)
+    keys: list[np.ndarray] = [-np.asarray(scores, dtype=np.float64)]
     if demoted is not None:
-        keys = (*keys, np.asarray(demoted, dtype=bool))
+        keys.append(np.asarray(demoted, dtype=bool))  # lexsort's last key is its primary one
     return np.lexsort(keys, axis=-1)[..., :k]
 
 

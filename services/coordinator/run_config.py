@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, cast
 
 from pydantic import BaseModel, Discriminator, Tag
 from sqlalchemy.orm import Session
@@ -45,8 +45,7 @@ else:  # a discriminated union of the registered protocols' models, in the regis
 
 def default_settings() -> RunSettings:
     """The settings of a run whose body sets none: the default protocol's model, empty."""
-    settings: RunSettings = RUN_CONFIG_MODELS[registry.DEFAULT]()
-    return settings
+    return cast(RunSettings, RUN_CONFIG_MODELS[registry.DEFAULT]())  # every plan's run_model is a RunSettings
 
 
 @dataclass(frozen=True)
