@@ -26,6 +26,7 @@ from services.fedpergnn.rounds import FedPerGNNHandler, play_round, relay_for
 from services.verfedgnn.config import run_config
 from services.verfedgnn.coordinator import CoordinatorTrainer
 from services.verfedgnn.plan import ENGINE_ONLY, load_party_data
+from services.verfedgnn.plan import PLAN as VERFEDGNN
 from services.verfedgnn.presets import PRESETS, protocol_preset
 from services.verfedgnn.state_codec import dump_state, load_state
 from services.verfedgnn.types import PartyData
@@ -142,9 +143,8 @@ class FedPerGNNPlan:
         return config.train.seed
 
     def stopping(self, config: FedPerGNNConfig) -> StoppingRule:
-        """The GNN settings' patience (under `train`), as VerFedGNN's."""
-        train = config.train
-        return StoppingRule(patience=train.patience, rank_patience=train.rank_patience or train.patience)
+        """The GNN settings' patience (under `train`), read as VerFedGNN reads its own."""
+        return VERFEDGNN.stopping(config.train)
 
     def guarantee(self, config: FedPerGNNConfig) -> RunGuarantee:
         """The shared training settings' whole-run guarantee."""
@@ -155,9 +155,8 @@ class FedPerGNNPlan:
         return config.privacy_record()
 
     def budget(self, config: FedPerGNNConfig) -> tuple[float, float] | None:
-        """The (ε, δ) budget of the GNN's settings, if set."""
-        train = config.train
-        return None if train.dp_budget_epsilon is None else (train.dp_budget_epsilon, train.dp_budget_delta)
+        """The (ε, δ) budget of the GNN's settings (under `train`), if set."""
+        return VERFEDGNN.budget(config.train)
 
     def warm_settings(self, *, previous: Mapping[str, Any], settings: Mapping[str, Any],
                       explicit: AbstractSet[str]) -> dict[str, Any]:
