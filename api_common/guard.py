@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -238,11 +239,18 @@ async def _respond(send: Send, error: ApiError) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+def per_process_limit(limit: int, *, workers: int) -> int:
+    """One process's share of a service's failed-authentication limit: the throttle counts per process (no
+    shared store), so each of `workers` processes allows limit ÷ workers (rounded up, at least 1)."""
+    return max(1, math.ceil(limit / max(1, workers)))
+
+
 def install_guard(app: Any, *, settings: Any, checks: Mapping[Any, HeaderCheck],
                   extra_limits: Mapping[str, int] | None = None) -> None:
     """Add the guard to an app with the body-limit classes and throttle of its settings (GuardSettings)."""
     limits = {name: getattr(settings, f"{name}_max_body_bytes")
               for name in (NO_BODY, "small", "predictions", "json", "bulk", "federation")}
-    throttle = AuthThrottle(limit=settings.auth_failure_limit, window_s=settings.auth_failure_window_s)
+    limit = per_process_limit(settings.auth_failure_limit, workers=getattr(settings, "workers", 1))
+    throttle = AuthThrottle(limit=limit, window_s=settings.auth_failure_window_s)
     app.add_middleware(RequestGuard, checks=checks, limits={**limits, **(extra_limits or {})}, throttle=throttle,
                        body_timeout_s=settings.body_timeout_s)

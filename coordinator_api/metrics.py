@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from services.coordinator.runs import RoundRecord
-from services.verfedgnn.config import TrainConfig
+from services.federation.plan import RunContract
 
 ROUND_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 BYTE_BUCKETS = (1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9)
@@ -29,7 +29,7 @@ class CoordinatorMetrics:
                         "guarantee for one user-item interaction at one party): parameter epsilon (+Inf without "
                         "DP) at parameter delta", ["run_id", "parameter"], registry=registry)
 
-    def round_completed(self, run_id: str, record: RoundRecord, config: TrainConfig) -> None:
+    def round_completed(self, run_id: str, record: RoundRecord, config: RunContract) -> None:
         """Count the round, observe its duration and traffic, update the run's privacy spent."""
         self.rounds.labels(run_id).inc()
         self.duration.observe(record.seconds)

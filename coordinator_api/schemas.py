@@ -7,9 +7,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 
-from services.coordinator.run_config import PresetName, RunConfig
+from services.coordinator.run_config import PresetName, RunConfig, default_settings
 from services.protocol.ids import NAME_PATTERN, IdStr
-from services.verfedgnn.config import VerFedGNNRunConfig
 
 # A credential goes into an HTTP header and a URL into a request line: printable ASCII only, no spaces
 # (a token the coordinator could not send would make every call to that party fail as "unavailable").
@@ -86,7 +85,7 @@ class TrainingRunCreate(BaseModel):
         "benchmarks/ranking.py measure; FedPerGNN: tuned). `tuned` is the RMSE preset, `verfedgnn-paper` the "
         "paper's setting (the engine's own defaults)")
     config: RunConfig = Field(
-        default_factory=VerFedGNNRunConfig,
+        default_factory=default_settings,
         description="the protocol (`protocol`, default verfedgnn) and the settings that override the preset's; "
         "the defaults shown are the default preset's")
     rounds: int | None = Field(

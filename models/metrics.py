@@ -70,6 +70,19 @@ def top_k_columns(scores: np.ndarray, seen: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
+def merge_order(scores: np.ndarray, k: int, *, demoted: np.ndarray | None = None) -> np.ndarray:
+    """The ranking merge: positions of the first k entries of lists concatenated in party order, by score
+    descending, ties in that order (a stable sort); `demoted` entries (fallbacks on another scale) after all others.
+
+    Works on one merged list (1-D) or one per row (2-D, along the last axis); what the coordinator's fan-out
+    and the experiments' merged top-K both use.
+    """
+    keys: list[np.ndarray] = [-np.asarray(scores, dtype=np.float64)]
+    if demoted is not None:
+        keys.append(np.asarray(demoted, dtype=bool))  # lexsort's last key is its primary one
+    return np.lexsort(keys, axis=-1)[..., :k]
+
+
 def ndcg_sum(scores: np.ndarray, seen: np.ndarray, relevant: np.ndarray, k: int) -> float:
     """Σ over rows of NDCG@k (`services.evaluation.ranking.ndcg_at_k`) of the row's top-k unseen columns, `relevant` a (U, M) bool matrix;
     the sum, not the mean, so figures of several parties (or blocks of users) pool by adding. Vectorized:

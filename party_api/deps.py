@@ -21,10 +21,10 @@ from api_common.errors import ApiError
 from party_api.bodies import read_limited_body
 from services.config import PartySettings
 from services.errors import ProtocolError
-from services.p4gcn.service import SocialService
 from services.party.federation import FederationService
 from services.party.serving_cache import ModelCache
 from services.protocol import PROTOCOL_VERSION
+from services.protocol.social import SocialHost
 
 coordinator_scheme = HTTPBearer(
     scheme_name="CoordinatorToken", auto_error=False, description="coordinator credential"
@@ -66,17 +66,17 @@ async def get_model_cache(request: Request) -> ModelCache:
     return cache
 
 
-async def get_social(request: Request) -> SocialService:
+async def get_social(request: Request) -> SocialHost:
     """The social service the lifespan built; 404 unless this party holds the social graph."""
-    social: SocialService | None = request.app.state.social
+    social: SocialHost | None = request.app.state.social
     if social is None:
         raise ApiError(404, "not_found", "this party does not hold a social graph (role != social)")
     return social
 
 
-async def get_social_or_none(request: Request) -> SocialService | None:
+async def get_social_or_none(request: Request) -> SocialHost | None:
     """The social service, or None on a ratings party."""
-    social: SocialService | None = request.app.state.social
+    social: SocialHost | None = request.app.state.social
     return social
 
 
@@ -85,8 +85,8 @@ SessionDep = Annotated[Session, Depends(get_session)]
 SessionFactoryDep = Annotated[sessionmaker[Session], Depends(get_sessionmaker)]
 FedDep = Annotated[FederationService, Depends(get_federation)]
 CacheDep = Annotated[ModelCache, Depends(get_model_cache)]
-SocialDep = Annotated[SocialService, Depends(get_social)]
-SocialOrNoneDep = Annotated[SocialService | None, Depends(get_social_or_none)]
+SocialDep = Annotated[SocialHost, Depends(get_social)]
+SocialOrNoneDep = Annotated[SocialHost | None, Depends(get_social_or_none)]
 
 
 async def read_social_body(request: Request, settings: SettingsDep) -> bytes:

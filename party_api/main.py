@@ -20,22 +20,22 @@ from party_api.forward import METHODS, FederationForwarder, forwarding_routers
 from party_api.routes import FEDERATION_ROUTERS, ROUTERS, federation, health, social, users
 from services.config import PartySettings
 from services.db.session import make_engine, make_sessionmaker
-from services.p4gcn.ledger import SocialBudget
-from services.p4gcn.service import SocialService
+from services.federation import registry
+from services.federation.cluster import Cluster
 from services.party.dp_policy import DpPolicy
 from services.party.federation import FederationService
 from services.party.serving import Snapshot
 from services.party.serving_cache import ModelCache
-from services.verfedgnn.distributed import Cluster
+from services.protocol.social import SocialHost
 
 
-def social_service(settings: PartySettings, sessions: sessionmaker[Session]) -> SocialService | None:
+def social_service(settings: PartySettings, sessions: sessionmaker[Session]) -> SocialHost | None:
     """The social-product service of a party holding the social graph (None for a ratings party)."""
     if settings.role != "social":
         return None
-    budget = SocialBudget(epsilon_total=settings.social_epsilon_total, delta_total=settings.social_delta_total,
-                          allow_no_dp=settings.social_allow_no_dp)
-    return SocialService(sessions=sessions, min_key_bits=settings.paillier_min_key_bits, budget=budget)
+    return registry.social_host(sessions=sessions, min_key_bits=settings.paillier_min_key_bits,
+                                epsilon_total=settings.social_epsilon_total, delta_total=settings.social_delta_total,
+                                allow_no_dp=settings.social_allow_no_dp)
 
 
 def train_cluster(settings: PartySettings) -> Cluster:

@@ -14,21 +14,18 @@ from coordinator_api.deps import AdminDep, ManagerDep, SessionDep
 from coordinator_api.schemas import RoundRead, RunCancel, TrainingRunCreate, TrainingRunRead
 from services.coordinator import runs
 from services.coordinator.run_config import start_run
-from services.coordinator.runner import epsilon_spent, train_config
+from services.coordinator.runner import epsilon_spent, run_contract
 from services.db.coordinator_tables import RoundRow, RunRow
 from services.errors import Conflict, DomainError
-from services.privacy.report import privacy_report
-from services.verfedgnn.config import TrainConfig
+from services.privacy.report import run_report
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], dependencies=[AdminDep],
                    responses=error_responses(401, 403, 404, 409, 422, 502))
 log = logging.getLogger("fedrec.coordinator")
-# The shipped attack figures were measured on VerFedGNN's mechanisms only.
-NO_REPORT = {"note": "no attack figures are measured for this protocol"}
 
 
 def _read(run: RunRow, rounds: list[RoundRow]) -> TrainingRunRead:
-    config = train_config(run.config, seed=run.seed, rounds=run.rounds_total)
+    config = run_contract(run.config, seed=run.seed, rounds=run.rounds_total)
     return TrainingRunRead(
         run_id=run.run_id, state=run.state, detail=run.detail, rounds_total=run.rounds_total,
         rounds_done=run.rounds_done, current_round=min(run.rounds_done, run.rounds_total - 1),
@@ -36,7 +33,7 @@ def _read(run: RunRow, rounds: list[RoundRow]) -> TrainingRunRead:
         n_users=run.n_users, warm_start_from=run.warm_start_from, max_minutes=run.max_minutes,
         publish_on_stop=run.publish_on_stop,
         config=run.config, privacy={**config.privacy_record(), "epsilon_spent": epsilon_spent(config, run.state)},
-        privacy_report=privacy_report(config) if isinstance(config, TrainConfig) else NO_REPORT,
+        privacy_report=run_report(config.config),
         bytes_sent=run.bytes_sent, bytes_received=run.bytes_received,
         rounds=[RoundRead(round_index=r.round_index, participants=r.participants, failures=r.failures,
                           metrics=r.metrics, bytes_sent=r.bytes_sent, bytes_received=r.bytes_received,

@@ -1,4 +1,4 @@
-"""PartyClient: the coordinator's only way to reach a party (httpx, timeouts, retries with backoff, byte counters).
+"""PartyClient: the coordinator's only way to reach a party (httpx, timeouts, retries (tenacity), byte counters).
 
 It owns the party federation API's paths: callers name a step (`configure`, `begin`, …), never a URL.
 `HttpLink` binds a client to one run: the `Link` every protocol's round runs over HTTP.
@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import ssl
 import threading
-import time
 from collections import defaultdict
 from typing import Any
 from urllib.parse import quote
@@ -18,6 +17,7 @@ import httpx
 
 from services.config import CoordinatorSettings
 from services.coordinator.registry import PartyEndpoint
+from services.coordinator.retries import TransientAnswer, with_retries
 from services.errors import PartyUnavailable, ProtocolError, raise_for
 from services.federation.links import Message, Step
 from services.federation.messages import (
@@ -151,27 +151,30 @@ class PartyClient:
         }
 
     def _send(self, path: str, body: bytes, content_type: str) -> httpx.Response:
-        """POST with retries on connection errors, timeouts and 5xx; a 4xx is final and raised as what it is."""
+        """POST with retries on connection errors, timeouts and 5xx (`retries.with_retries`: jittered backoff, the
+        party's Retry-After honoured); a 4xx is final and raised as what it is."""
         url = f"{self.endpoint.url}{path}"
-        last: str = ""
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                time.sleep(self.backoff_s * (2 ** (attempt - 1)))
+
+        def attempt() -> httpx.Response:
             try:
                 resp = self.http.post(url, content=body, headers=self._headers(content_type),
                                       timeout=self.timeout_s, extensions=self._tls)
-            except httpx.TransportError as exc:
-                last = f"{type(exc).__name__}: {exc}"
+            except httpx.TransportError:
                 self.counter.add(self.party_id, sent=len(body), received=0)
-                continue
+                raise
             self.counter.add(self.party_id, sent=len(body), received=len(resp.content))
             if resp.status_code >= 500:
-                last = f"HTTP {resp.status_code}: {resp.text[:200]}"
-                continue
-            self._raise_for(resp, path)
+                raise TransientAnswer(resp)
             return resp
-        raise PartyUnavailable(f"party {self.party_id} unavailable at {path}: {last}",
-                               extra={"party_id": self.party_id})
+
+        try:
+            resp = with_retries(attempt, max_retries=self.max_retries, backoff_s=self.backoff_s)
+        except (httpx.TransportError, TransientAnswer) as exc:
+            last = str(exc) if isinstance(exc, TransientAnswer) else f"{type(exc).__name__}: {exc}"
+            raise PartyUnavailable(f"party {self.party_id} unavailable at {path}: {last}",
+                                   extra={"party_id": self.party_id}) from exc
+        self._raise_for(resp, path)
+        return resp
 
     def _raise_for(self, resp: httpx.Response, path: str) -> None:
         """A party's 4xx as the domain error it names (its 404 stays NotFound, its 422 ValidationFailed)."""

@@ -13,8 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import httpx
+import numpy as np
 from sqlalchemy.orm import Session
 
+from models.metrics import merge_order
 from services.config import CoordinatorSettings
 from services.coordinator import registry, releases
 from services.coordinator.client import party_http_client, party_path, pinned
@@ -208,9 +210,12 @@ def merge_recommendations(answers: dict[str, dict[str, Any] | str | None], failu
         raise PartyUnavailable(f"no party answered: {failures}")
     if unknown and unknown == len(answers) and not failures:
         raise NotFound(f"user {user_id!r} is unknown to every party", extra={"field": "user_id"})
-    # Model scores rank above popularity counts, which are on another scale.
-    items.sort(key=lambda it: (it["fallback"] == "popularity", -it["score"]))
-    return {"user_id": user_id, "items": items[:k], "unavailable": failures, "partial": bool(failures)}
+    # Model scores (a party's served blend and its EASE alone: both calibrated log-odds) rank above popularity
+    # counts, which are on another scale.
+    order = merge_order(np.array([float(it["score"]) for it in items], dtype=np.float64), k,
+                        demoted=np.array([it["fallback"] == "popularity" for it in items], dtype=bool))
+    return {"user_id": user_id, "items": [items[i] for i in order.tolist()], "unavailable": failures,
+            "partial": bool(failures)}
 
 
 def merge_predictions(pairs: list[tuple[str, str, str]], rows: dict[str, list[int]],

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, cast
 
 from pydantic import BaseModel, Discriminator, Tag
 from sqlalchemy.orm import Session
@@ -20,28 +20,32 @@ from services.crypto.interaction_dp import require_budget
 from services.db.coordinator_tables import RunRow
 from services.errors import DomainError, ValidationFailed
 from services.federation import registry
-from services.fedpergnn.config import DEFAULT_PRESET as FEDPERGNN_DEFAULT
-from services.fedpergnn.config import FedPerGNNConfig, FedPerGNNRunConfig
-from services.verfedgnn.config import RUN_DEFAULTS, TrainConfig, VerFedGNNRunConfig
-from services.verfedgnn.presets import DEFAULT_PRESET as VERFEDGNN_DEFAULT
-from services.verfedgnn.presets import PRESETS, PROTOCOL_TUNING, preset_values
+from services.federation.plan import RunSettings
 
-PresetName = Literal["tuned-ranking", "tuned", "verfedgnn-paper"]  # the keys of PRESETS (tested)
-DEFAULT_PRESETS: dict[str, str] = {"verfedgnn": VERFEDGNN_DEFAULT, "fedpergnn": FEDPERGNN_DEFAULT}
-EngineConfig = TrainConfig | FedPerGNNConfig
+PresetName = Literal["tuned-ranking", "tuned", "verfedgnn-paper"]  # the keys of the plans' presets (tested)
+# every registered protocol's API model and default preset, read off its plan
+RUN_CONFIG_MODELS: dict[str, type[BaseModel]] = {p: registry.plan(p).run_model for p in registry.PROTOCOLS}
+DEFAULT_PRESETS: dict[str, str] = {p: registry.plan(p).default_preset for p in registry.PROTOCOLS}
+PRESETS: dict[str, Mapping[str, Any]] = {n: v for p in registry.PROTOCOLS for n, v in registry.plan(p).presets.items()}
+EngineConfig = Any  # the protocol's typed config (its plan's `config`)
 
 
 def _protocol_of(value: Any) -> str | None:
-    """The union's tag: a body without `protocol` is a VerFedGNN config."""
-    tag = value.get("protocol", "verfedgnn") if isinstance(value, dict) else getattr(value, "protocol", None)
+    """The union's tag: a body without `protocol` is the default protocol's config."""
+    tag = value.get("protocol", registry.DEFAULT) if isinstance(value, dict) else getattr(value, "protocol", None)
     return tag if isinstance(tag, str) else None
 
 
-RunConfig = Annotated[
-    Annotated[VerFedGNNRunConfig, Tag("verfedgnn")] | Annotated[FedPerGNNRunConfig, Tag("fedpergnn")],
-    Discriminator(_protocol_of),
-]
-RUN_CONFIG_MODELS: dict[str, type[BaseModel]] = {"verfedgnn": VerFedGNNRunConfig, "fedpergnn": FedPerGNNRunConfig}
+if TYPE_CHECKING:
+    RunConfig = RunSettings
+else:  # a discriminated union of the registered protocols' models, in the registry's order
+    RunConfig = Annotated[Union[tuple(Annotated[m, Tag(p)] for p, m in RUN_CONFIG_MODELS.items())],  # noqa: UP007
+                          Discriminator(_protocol_of)]
+
+
+def default_settings() -> RunSettings:
+    """The settings of a run whose body sets none: the default protocol's model, empty."""
+    return cast(RunSettings, RUN_CONFIG_MODELS[registry.DEFAULT]())  # every plan's run_model is a RunSettings
 
 
 @dataclass(frozen=True)
@@ -54,44 +58,26 @@ class ResolvedRun:
     engine: EngineConfig
 
 
-def preset_settings(*, protocol: str, preset: str, model: str) -> dict[str, Any]:
-    """A preset's settings for a protocol and model (rounds included: the run's cap)."""
-    if preset not in PRESETS:
-        raise ValidationFailed(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}", extra={"field": "preset"})
-    return {**preset_values(preset, model), **PROTOCOL_TUNING.get(preset, {}).get(protocol, {})}
-
-
 def engine_config(config: Mapping[str, Any], *, seed: int, rounds: int) -> EngineConfig:
     """The engine config of a run's settings, through the protocol's plan; 422 naming the field if invalid."""
-    engine: EngineConfig = train_config(dict(config), seed=seed, rounds=rounds)
-    return engine
+    return train_config(dict(config), seed=seed, rounds=rounds)
 
 
-ENGINE_ONLY = {"seed", "rounds", "projection_seed"}  # the run's own, or agreed among the parties at set-up
-
-
-def stored_settings(engine: EngineConfig) -> dict[str, Any]:
-    """Every setting of an engine config, as a run stores it (its seed and rounds are the run's own)."""
-    if isinstance(engine, FedPerGNNConfig):
-        return {"protocol": "fedpergnn", **engine.model_dump(exclude={"train"}),
-                "train": engine.train.model_dump(exclude=ENGINE_ONLY)}
-    return {"protocol": "verfedgnn", **engine.model_dump(exclude=ENGINE_ONLY)}
-
-
-def check_privacy(engine: EngineConfig) -> None:
+def check_privacy(engine: EngineConfig, *, protocol: str) -> None:
     """Compute the run's privacy record (its guarantee included) and hold it to the run's budget (409)."""
-    train = engine.train if isinstance(engine, FedPerGNNConfig) else engine
+    plan = registry.plan(protocol)
     try:
-        engine.privacy_record()
-        guarantee = train.guarantee()
+        plan.privacy_record(engine)
+        guarantee = plan.guarantee(engine)
     except (ArithmeticError, ValueError) as exc:  # a setting the accountant cannot compute a guarantee for
         raise ValidationFailed(f"invalid config: the run's privacy guarantee cannot be computed ({exc})",
                                extra={"field": "config.dp_epsilon"}) from exc
-    if train.dp_budget_epsilon is not None:
-        require_budget(guarantee, budget_epsilon=train.dp_budget_epsilon, budget_delta=train.dp_budget_delta)
+    budget = plan.budget(engine)
+    if budget is not None:
+        require_budget(guarantee, budget_epsilon=budget[0], budget_delta=budget[1])
 
 
-def resolve_run(*, config: VerFedGNNRunConfig | FedPerGNNRunConfig, preset: str | None, rounds: int | None,
+def resolve_run(*, config: RunSettings, preset: str | None, rounds: int | None,
                 seed: int, previous: WarmSource | None = None) -> ResolvedRun:
     """Preset, then the caller's settings; the engine config and privacy guarantee checked (422/409) before storing.
 
@@ -99,31 +85,27 @@ def resolve_run(*, config: VerFedGNNRunConfig | FedPerGNNRunConfig, preset: str 
     its protocol's plan may adjust the settings the caller left unset.
     """
     protocol = config.protocol
-    name = preset or DEFAULT_PRESETS[protocol]
+    plan = registry.plan(protocol)
+    name = preset or plan.default_preset
+    if name not in plan.presets:
+        raise ValidationFailed(f"unknown preset {name!r}; choose from {sorted(plan.presets)}", extra={"field": "preset"})
     explicit = config.explicit()
-    gnn = explicit.pop("train", {}) if protocol == "fedpergnn" else explicit
-    values = preset_settings(protocol=protocol, preset=name, model=gnn.get("model", "gcn"))
-    length = rounds if rounds is not None else int(values["rounds"])
-    values.pop("rounds")
-    if protocol == "fedpergnn":  # its plan applies the coordinator's run defaults to `train` itself
-        settings = {"protocol": protocol, **explicit, "train": {**values, **gnn}}
-    else:
-        settings = {"protocol": protocol, **RUN_DEFAULTS, **values, **explicit}
+    cap, settings = plan.resolve(explicit=explicit, preset=name)
+    length = rounds if rounds is not None else cap
     if previous is not None:
         try:
-            settings = registry.plan(protocol).warm_settings(previous=previous.config, settings=settings,
-                                                             explicit=set(explicit))
+            settings = plan.warm_settings(previous=previous.config, settings=settings, explicit=set(explicit))
         except ValueError as exc:
             raise WarmStartRefused(f"cannot warm start from {previous.release_id}: {exc}",
                                    extra={"field": "warm_start", "release_id": previous.release_id}) from exc
     engine = engine_config(settings, seed=seed, rounds=length)
-    check_privacy(engine)
-    return ResolvedRun(preset=name, rounds=length, config=stored_settings(engine), engine=engine)
+    check_privacy(engine, protocol=protocol)
+    return ResolvedRun(preset=name, rounds=length, config=plan.stored_settings(engine), engine=engine)
 
 
 def default_run_config(*, seed: int = 0) -> ResolvedRun:
     """What a run that sets nothing gets."""
-    return resolve_run(config=VerFedGNNRunConfig(), preset=None, rounds=None, seed=seed)
+    return resolve_run(config=default_settings(), preset=None, rounds=None, seed=seed)
 
 
 def settings_table(model: type[BaseModel]) -> str:
@@ -222,7 +204,7 @@ def warm_source(*, session: Session) -> WarmSource:
     return WarmSource(row.release_id, row.run_id, dict(runs.get(session=session, run_id=row.run_id).config))
 
 
-def start_run(*, session: Session, manager: RunManager, config: VerFedGNNRunConfig | FedPerGNNRunConfig,
+def start_run(*, session: Session, manager: RunManager, config: RunSettings,
               preset: str | None, rounds: int | None, min_parties: int, seed: int,
               party_ids: list[str] | None, warm_start: bool = False, max_minutes: float | None = None,
               publish_on_stop: bool = True) -> RunRow:

@@ -37,7 +37,7 @@ from services.federation.messages import (
     StartResponse,
     WarmStartRef,
 )
-from services.federation.plan import Engine
+from services.federation.plan import Engine, RunContract
 from services.protocol.tracing import bound_request_id
 
 SPLITS = ("train", "valid", "test")
@@ -45,11 +45,6 @@ SPLITS = ("train", "valid", "test")
 REFUSALS = ("policy_refused", "validation_failed")
 
 log = logging.getLogger("fedrec.coordinator")
-
-
-def run_seed(config: Any) -> int:
-    """The run seed inside a protocol's config (top level, or its training part)."""
-    return int(config.seed if hasattr(config, "seed") else config.train.seed)
 
 
 class Cancelled(Exception):
@@ -77,7 +72,12 @@ def train_config(config: dict[str, Any], *, seed: int, rounds: int) -> Any:
                                extra={"field": ".".join(["config", *(str(x) for x in err["loc"])])}) from exc
 
 
-def epsilon_spent(config: Any, state: str) -> float | None:
+def run_contract(config: dict[str, Any], *, seed: int, rounds: int) -> RunContract:
+    """A stored run's typed config bound to its protocol's plan (the contract the API reads); 422 if invalid."""
+    return RunContract(registry.plan(registry.protocol_of(config)), train_config(config, seed=seed, rounds=rounds))
+
+
+def epsilon_spent(config: RunContract, state: str) -> float | None:
     """ε the run has spent: 0 before any party answered, the whole run's ε once parties released anything.
 
     The randomized response is applied once, before the first count leaves a party, so a started
@@ -165,7 +165,7 @@ class RunManager:
 
     def __init__(self, *, sessions: sessionmaker[Session], settings: CoordinatorSettings,
                  http: httpx.Client | None = None,
-                 on_round: Callable[[str, runs.RoundRecord, Any], None] | None = None) -> None:
+                 on_round: Callable[[str, runs.RoundRecord, RunContract], None] | None = None) -> None:
         self.sessions = sessions
         self.settings = settings
         self.http = http or httpx.Client(limits=httpx.Limits(max_connections=64))
@@ -371,7 +371,8 @@ class RunManager:
         """Configure + start every party, build the protocol's engine, restore the newest checkpoint
         (a warm run with none yet: the release's run's last checkpoint, users mapped by the parties' row map)."""
         settings = {"protocol": protocol, **config.model_dump(exclude={"seed", "rounds", "projection_seed"})}
-        request = ConfigureRequest(run_id=run_id, config=settings, seed=run_seed(config), warm_start=warm)
+        request = ConfigureRequest(run_id=run_id, config=settings, seed=registry.plan(protocol).seed(config),
+                                   warm_start=warm)
         while True:
             self._check(run_id)
             clients = self._clients(party_ids, counter)
@@ -457,9 +458,9 @@ class RunManager:
         with self.sessions() as session:
             members = list(runs.get(session=session, run_id=run_id).party_ids)
         strategy = aggregation(secure=secure_run(registry.plan(protocol).secure_by_default(engine.config), members))
-        patience = int(getattr(engine.config, "patience", 1 << 30))
-        # the ranking figure stalls for longer than the RMSE: its own patience (None: the same)
-        rank_patience = int(getattr(engine.config, "rank_patience", None) or patience)
+        rule = registry.plan(protocol).stopping(engine.config)  # the plan declares it (None: never early)
+        patience = rule.patience or 1 << 30
+        rank_patience = rule.rank_patience or patience  # the ranking figure stalls longer than the RMSE
         while True:
             with self.sessions() as session:
                 run = runs.get(session=session, run_id=run_id)
@@ -527,7 +528,7 @@ class RunManager:
                     t=t, total=run.rounds_total, best_metrics=best_metrics, best=best, watched=watched,
                     patience=rank_patience if watched == VALID_NDCG else patience, seconds=seconds, minutes_left=left))
             if self.on_round is not None:
-                self.on_round(run_id, record, engine.config)
+                self.on_round(run_id, record, RunContract(registry.plan(protocol), engine.config))
             attempt = 0
             self._stalled_since.pop(run_id, None)
 

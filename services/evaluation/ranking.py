@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from models.metrics import RELEVANT_THRESHOLD, top_k_columns
+from models.metrics import RELEVANT_THRESHOLD, merge_order, top_k_columns
 
 KS = (10, 20)
 SUMMARY_K = 10
@@ -105,15 +105,15 @@ def merge_top_k(parts: Sequence[tuple[np.ndarray, np.ndarray]], k: int) -> tuple
     items = np.concatenate([p[0] for p in parts], axis=1)
     scores = np.concatenate([p[1] for p in parts], axis=1)
     scores = np.where(items < 0, -np.inf, scores)
-    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    order = merge_order(scores, k)
     return np.take_along_axis(items, order, axis=1), np.take_along_axis(scores, order, axis=1)
 
 
 def merge_lists(answers: Sequence[Sequence[tuple[Hashable, float]]], k: int) -> list[Hashable]:
     """One user's merge of parties' (item, score) answers, in party order: the fan-out's rule on plain lists."""
     flat = [pair for answer in answers for pair in answer]
-    flat.sort(key=lambda pair: -pair[1])
-    return [item for item, _ in flat[:k]]
+    order = merge_order(np.array([score for _, score in flat], dtype=np.float64), k)
+    return [flat[i][0] for i in order.tolist()]
 
 
 def lists_from_top(top: np.ndarray, users: Iterable[int]) -> dict[int, list[int]]:

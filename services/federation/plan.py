@@ -12,21 +12,51 @@ from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
+from pydantic import BaseModel
 
 from services.federation.aggregation import Aggregation, PartyAggregation
 from services.federation.links import Handler, Link
+
+if TYPE_CHECKING:  # the accountant is loaded by the protocols that compute a guarantee
+    from services.crypto.interaction_dp import RunGuarantee
+
+SPLIT_CODES = {"train": 0, "valid": 1, "test": 2}  # how a party stores evaluation labels (RatingTable.codes)
+
+
+@dataclass(frozen=True)
+class RoundMetrics:
+    """Coordinator-side summary of one round, whatever the protocol (metrics of the model at the round's start)."""
+
+    round_index: int
+    participants: list[str]
+    loss: float
+    rmse: dict[str, float]  # split -> RMSE over participating parties
+    mae: dict[str, float]
+    per_party: dict[str, dict[str, float]]  # party -> {"train_rmse", "valid_rmse", "test_rmse", "test_mae", ...}
+    upload_bytes: int
+    upload_nonzeros: int
+    ndcg: dict[str, float] = field(default_factory=dict)  # split -> NDCG@10 pooled over the parties (valid)
 
 
 @dataclass
 class RoundOutcome:
     """What a round attempt produced: metrics when it completed, and who failed at which step."""
 
-    metrics: Any | None  # the protocol's RoundMetrics
+    metrics: RoundMetrics | None
     participants: list[str]
     failures: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StoppingRule:
+    """When a run stops early: `patience` rounds without a better validation RMSE, or `rank_patience` rounds
+    without a better validation NDCG@10 when no party reports rating errors (None: never early)."""
+
+    patience: int | None
+    rank_patience: int | None
 
 
 @dataclass(frozen=True)
@@ -87,10 +117,34 @@ class PartySide(Protocol):
         ...
 
 
+class RunSettings(Protocol):
+    """A run's settings as the coordinator API validated them (a protocol's `run_model`)."""
+
+    @property
+    def protocol(self) -> str:
+        """The protocol the settings name."""
+        ...
+
+    def explicit(self) -> dict[str, Any]:
+        """The settings the caller set, as plain values."""
+        ...
+
+
 class ProtocolPlan(Protocol):
     """Everything the runtime needs of a protocol."""
 
     name: str
+    run_model: type[BaseModel]  # the coordinator API's strict settings model (discriminated on `protocol`)
+    default_preset: str  # what a run that names no preset starts from
+    presets: Mapping[str, Mapping[str, Any]]  # the presets this protocol's runs may name
+
+    def resolve(self, *, explicit: Mapping[str, Any], preset: str) -> tuple[int, dict[str, Any]]:
+        """A new run's (rounds cap, settings, `protocol` included): the preset's values, then the caller's."""
+        ...
+
+    def stored_settings(self, config: Any) -> dict[str, Any]:
+        """Every setting of a typed config as a run stores it (its seed and rounds are the run's own)."""
+        ...
 
     def config(self, raw: Mapping[str, Any], *, seed: int, rounds: int) -> Any:
         """The protocol's typed config from a run's settings (pydantic ValidationError if invalid)."""
@@ -129,6 +183,26 @@ class ProtocolPlan(Protocol):
         """Whether the run's sums are masked (the config's secure_aggregation)."""
         ...
 
+    def seed(self, config: Any) -> int:
+        """The run's seed inside the config."""
+        ...
+
+    def stopping(self, config: Any) -> StoppingRule:
+        """The run's early-stopping rule."""
+        ...
+
+    def guarantee(self, config: Any) -> RunGuarantee:
+        """The whole-run differential-privacy guarantee of the config (ε infinite: none)."""
+        ...
+
+    def privacy_record(self, config: Any) -> dict[str, object]:
+        """The run's privacy mechanisms and their parameters (as a run status shows them)."""
+        ...
+
+    def budget(self, config: Any) -> tuple[float, float] | None:
+        """The (ε, δ) budget the run's guarantee must fit (None: no budget set)."""
+        ...
+
     def warm_settings(self, *, previous: Mapping[str, Any], settings: Mapping[str, Any],
                       explicit: AbstractSet[str]) -> dict[str, Any]:
         """A warm run's settings from the previous run's (`explicit`: those its caller set); ValueError saying
@@ -142,3 +216,33 @@ class ProtocolPlan(Protocol):
     def warm_engine(self, engine: Engine, *, state: bytes, user_rows: np.ndarray) -> None:
         """Load a previous run's engine checkpoint into a new engine, users mapped by `user_rows` (-1: new)."""
         ...
+
+
+@dataclass(frozen=True)
+class RunContract:
+    """A run's typed config bound to its protocol's plan: what the runner and the APIs read of a run."""
+
+    plan: ProtocolPlan
+    config: Any
+
+    @property
+    def protocol(self) -> str:
+        """The protocol's registry name."""
+        return self.plan.name
+
+    def seed(self) -> int:
+        """The run's seed."""
+        return self.plan.seed(self.config)
+
+    def stopping(self) -> StoppingRule:
+        """The run's early-stopping rule."""
+        return self.plan.stopping(self.config)
+
+    def guarantee(self) -> RunGuarantee:
+        """The run's whole-run differential-privacy guarantee."""
+        return self.plan.guarantee(self.config)
+
+    def privacy_record(self) -> dict[str, object]:
+        """The run's privacy mechanisms and their parameters."""
+        return self.plan.privacy_record(self.config)
+

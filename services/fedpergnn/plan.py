@@ -18,13 +18,16 @@ import numpy as np
 from services.errors import ProtocolError
 from services.federation.aggregation import Aggregation, PartyAggregation
 from services.federation.links import Handler, Link
-from services.federation.plan import RatingTable, RoundOutcome, Seeds
-from services.fedpergnn.config import FedPerGNNConfig
+from services.crypto.interaction_dp import RunGuarantee
+from services.federation.plan import RatingTable, RoundOutcome, Seeds, StoppingRule
+from services.fedpergnn.config import DEFAULT_PRESET, FedPerGNNConfig, FedPerGNNRunConfig
 from services.fedpergnn.party import FedPerGNNParty
 from services.fedpergnn.rounds import FedPerGNNHandler, play_round, relay_for
 from services.verfedgnn.config import run_config
 from services.verfedgnn.coordinator import CoordinatorTrainer
-from services.verfedgnn.plan import load_party_data
+from services.verfedgnn.plan import ENGINE_ONLY, load_party_data
+from services.verfedgnn.plan import PLAN as VERFEDGNN
+from services.verfedgnn.presets import PRESETS, protocol_preset
 from services.verfedgnn.state_codec import dump_state, load_state
 from services.verfedgnn.types import PartyData
 
@@ -84,6 +87,23 @@ class FedPerGNNPlan:
     """The registry's entry for FedPerGNN."""
 
     name = "fedpergnn"
+    run_model = FedPerGNNRunConfig
+    default_preset = DEFAULT_PRESET
+    presets = PRESETS
+
+    def resolve(self, *, explicit: Mapping[str, Any], preset: str) -> tuple[int, dict[str, Any]]:
+        """FedPerGNN's own settings as set; the preset's values then the caller's under `train` (the plan's
+        `config` applies the coordinator's run defaults there)."""
+        rest = dict(explicit)
+        gnn = dict(rest.pop("train", {}))
+        values = protocol_preset(preset, model=gnn.get("model", "gcn"), protocol=self.name)
+        rounds = int(values.pop("rounds"))
+        return rounds, {"protocol": self.name, **rest, "train": {**values, **gnn}}
+
+    def stored_settings(self, config: FedPerGNNConfig) -> dict[str, Any]:
+        """FedPerGNN's settings, and the GNN's but the run's own (seed, rounds) under `train`."""
+        return {"protocol": self.name, **config.model_dump(exclude={"train"}),
+                "train": config.train.model_dump(exclude=ENGINE_ONLY)}
 
     def config(self, raw: Mapping[str, Any], *, seed: int, rounds: int) -> FedPerGNNConfig:
         """FedPerGNN's settings with the shared GNN settings under `train` (the run's seed and rounds win)."""
@@ -121,6 +141,26 @@ class FedPerGNNPlan:
     def secure_by_default(self, config: Any) -> bool:
         """FedPerGNN's uploads are LDP-noised and summed as sent (its design)."""
         return False
+
+    def seed(self, config: FedPerGNNConfig) -> int:
+        """The run seed (kept with the GNN's settings)."""
+        return config.train.seed
+
+    def stopping(self, config: FedPerGNNConfig) -> StoppingRule:
+        """The GNN settings' patience (under `train`), read as VerFedGNN reads its own."""
+        return VERFEDGNN.stopping(config.train)
+
+    def guarantee(self, config: FedPerGNNConfig) -> RunGuarantee:
+        """The shared training settings' whole-run guarantee."""
+        return config.guarantee()
+
+    def privacy_record(self, config: FedPerGNNConfig) -> dict[str, object]:
+        """FedPerGNN's mechanisms and their parameters."""
+        return config.privacy_record()
+
+    def budget(self, config: FedPerGNNConfig) -> tuple[float, float] | None:
+        """The (ε, δ) budget of the GNN's settings (under `train`), if set."""
+        return VERFEDGNN.budget(config.train)
 
     def warm_settings(self, *, previous: Mapping[str, Any], settings: Mapping[str, Any],
                       explicit: AbstractSet[str]) -> dict[str, Any]:

@@ -182,3 +182,11 @@ class SocialService:
                 self._close(party)
             self._parties.clear()
             self._users.clear()
+
+
+def build(*, sessions: sessionmaker[Session], min_key_bits: int, epsilon_total: float, delta_total: float,
+          allow_no_dp: bool) -> SocialService:
+    """The social party's service over its stored links, with its lifetime budget (the registry's entry)."""
+    budget = SocialBudget(epsilon_total=epsilon_total, delta_total=delta_total, allow_no_dp=allow_no_dp)
+    return SocialService(sessions=sessions, min_key_bits=min_key_bits, budget=budget)
+

@@ -35,9 +35,9 @@ from services.db.session import is_write_conflict
 from services.errors import Conflict, NotFound
 from services.party.serving import mark_changed
 from services.protocol.federation import pack_tree, unpack_tree
+from services.protocol.social import SocialHost
 
 if TYPE_CHECKING:
-    from services.p4gcn.service import SocialService
     from services.party.federation import FederationService
     from services.party.serving_cache import ModelCache
 
@@ -128,7 +128,7 @@ def _rewrite_artifacts(session: Session, external_id: str) -> tuple[list[str], l
 
 
 def erase_user(*, session: Session, external_id: str, federation: FederationService | None = None,
-               cache: ModelCache | None = None, social: SocialService | None = None) -> Erasure:
+               cache: ModelCache | None = None, social: SocialHost | None = None) -> Erasure:
     """Remove a user from every table and stored artifact, atomically, then from the services' memory."""
     try:
         user = session.scalar(select(User).where(User.external_id == external_id))

@@ -10,8 +10,8 @@ from sqlalchemy.orm import Session
 
 from services.db.party_tables import FederationState, Interaction, Item, ModelArtifact, User
 from services.errors import ValidationFailed
+from services.federation.plan import SPLIT_CODES
 from services.protocol.federation import pack_tree, unpack_tree
-from services.verfedgnn.types import SPLIT_CODES
 
 SPLIT_ARTIFACT = "evaluation_split"
 

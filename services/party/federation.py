@@ -19,6 +19,7 @@ from services.crypto.secagg import SecAggParty
 from services.errors import CryptoError, NotFound, ProtocolError, ValidationFailed
 from services.federation import registry
 from services.federation.aggregation import RECOVERY, party_aggregation, secure_run
+from services.federation.cluster import Cluster
 from services.federation.links import Step
 from services.federation.messages import (
     ConfigureRequest,
@@ -31,15 +32,13 @@ from services.federation.messages import (
     WarmStartRef,
     announcements_from,
 )
-from services.federation.plan import PartySide, ProtocolPlan, RatingTable, Seeds
+from services.federation.plan import SPLIT_CODES, PartySide, ProtocolPlan, RatingTable, Seeds
+from services.federation.validation import carve_validation
 from services.federation.warm import row_map
 from services.party import fed_store as store
 from services.party.dp_policy import DpPolicy, check_dp_request
 from services.party.serving import ServingModel, publish, release_model
 from services.protocol.federation import decode_points, encode_points, pack_tree, unpack_tree
-from services.verfedgnn.distributed import Cluster
-from services.verfedgnn.plan import carve_validation
-from services.verfedgnn.types import SPLIT_CODES
 
 KEEP_SNAPSHOTS = 3
 MIN_REPORT_USERS = 10  # a value-report slice with fewer validation users is left out (too few to mean anything)

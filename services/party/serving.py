@@ -19,6 +19,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from models.blend import LocalRanking
+from models.metrics import top_k_columns
 from models.scoring import serving_scores
 from services.db.party_tables import FederationState, ModelArtifact
 from services.errors import NotFound, ValidationFailed
@@ -30,7 +31,6 @@ GENERATION_KEY = "serving:generation"  # a fresh random token on every change se
 ACTIVE_RELEASE_KEY = "serving:active_release"  # the coordinator's release this party serves (unset: newest model)
 STAGED_PREFIX = "serving:release:"  # + release id -> artifact version of the model staged under it
 MAX_K = 1000
-SAMPLE_PER_K = 32  # top_k's prefilter samples this many scores per requested item
 
 
 @dataclass(frozen=True)
@@ -282,21 +282,13 @@ def generation(*, session: Session) -> str | None:
 
 
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the k highest scores, best first (equal scores: lower index first); k <= len(scores)."""
+    """Indices of the k highest scores, best first (equal scores: lower index first); k <= len(scores).
+
+    The one top-k (`models.metrics.top_k_columns`, what the parties' validation ranking reports) on one row.
+    """
     if k <= 0:
         return np.empty(0, np.int64)
-    candidates = np.arange(len(scores))
-    stride = len(scores) // (SAMPLE_PER_K * k)
-    if stride > 1:
-        # Exact prefilter: the k-th best of every stride-th score is at most the k-th best of all, so every
-        # top-k score passes `>= t`; one compare pass leaves ~SAMPLE_PER_K·k candidates to partition.
-        sample = scores[::stride]
-        t = np.partition(sample, len(sample) - k)[len(sample) - k]
-        if t > -np.inf:
-            candidates = np.flatnonzero(scores >= t)
-    sub = scores[candidates]
-    chosen = candidates[np.argpartition(sub, len(sub) - k)[len(sub) - k:]]
-    return chosen[np.lexsort((chosen, -scores[chosen]))]
+    return top_k_columns(scores[None, :], np.zeros((1, len(scores)), dtype=bool), k)[0]
 
 
 def _rated(snap: Snapshot, row: int) -> np.ndarray:

@@ -13,6 +13,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from services.verfedgnn.config import TrainConfig
+
 MEASURED_FILE = Path(__file__).with_name("measured_attacks.json")
 SCHEMA = 1
 # (use_projection, use_quantization) -> the benchmark's protocol row with those mechanisms
@@ -69,6 +71,15 @@ def protocol_figures(measured: dict[str, Any], protocol: str) -> dict[str, Any]:
         out["deanonymization_multiround_f1"] = {s: v["f1"] for s, v in rows.items()}
         out["deanonymization_multiround_popularity_f1"] = {s: v["popularity_f1"] for s, v in rows.items()}
     return out
+
+
+NO_REPORT = {"note": "no attack figures are measured for this protocol"}
+
+
+def run_report(config: Any) -> dict[str, Any]:
+    """A run's report as its status shows it: the shipped attack figures were measured on VerFedGNN's mechanisms
+    only, so another protocol's run gets NO_REPORT."""
+    return privacy_report(config) if isinstance(config, TrainConfig) else NO_REPORT
 
 
 def privacy_report(config: Any, *, measured: dict[str, Any] | None = None) -> dict[str, Any]:

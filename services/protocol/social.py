@@ -9,6 +9,7 @@ Every encrypted matrix on these routes ([X], [G], [dX]) is at scale 2^FRAC_BITS 
 from __future__ import annotations
 
 import struct
+from typing import Any, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -71,3 +72,48 @@ def unframe(body: bytes) -> tuple[np.ndarray, bytes]:
     if size > MAX_USERS_BYTES or _LEN.size + size > len(body):
         raise ProtocolError("bad user-batch length in framed body")
     return decode_users(body[_LEN.size:_LEN.size + size]), body[_LEN.size + size:]
+
+
+class SocialHost(Protocol):
+    """The social party's side of the sandwich products, as its API serves it (built through the registry)."""
+
+    def open(self, *, request: SocialSessionCreate) -> tuple[str, Any]:
+        """Open a session over the aligned users; (session id, its party)."""
+        ...
+
+    def begin_epoch(self, *, session_id: str) -> dict[str, Any]:
+        """Start an epoch of a session."""
+        ...
+
+    def upload_x(self, *, session_id: str, offset: int, body: bytes) -> None:
+        """Store a chunk of the encrypted X."""
+        ...
+
+    def forward(self, *, session_id: str, body: bytes) -> bytes:
+        """The forward product of a framed body."""
+        ...
+
+    def backward(self, *, session_id: str, body: bytes) -> bytes:
+        """The backward product of a framed body."""
+        ...
+
+    def update(self, *, session_id: str, body: bytes) -> None:
+        """Apply an encrypted update to X."""
+        ...
+
+    def budget_summary(self) -> dict[str, Any]:
+        """The social graph's lifetime privacy ledger."""
+        ...
+
+    def privacy(self, *, session_id: str) -> dict[str, Any]:
+        """A session's privacy record."""
+        ...
+
+    def forget(self, external_id: str) -> None:
+        """After an erasure: close the sessions built over the user."""
+        ...
+
+    def close_all(self) -> None:
+        """Stop every session's worker processes."""
+        ...
+

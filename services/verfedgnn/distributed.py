@@ -39,6 +39,7 @@ import torch.distributed as dist
 
 from services.crypto.projection import ProjectionSpec, _blocks, _gaussian_block, _sparse_block
 from services.errors import ProtocolError
+from services.federation.cluster import Cluster as Cluster  # the runtime's placement, re-exported
 from services.verfedgnn.config import TrainConfig, shared_projection
 from services.verfedgnn.party import PartyTrainer, sample_valid_users
 from services.verfedgnn.types import SPLITS, GradientUpload, MetricSums, PartyData, RatingTriples
@@ -49,23 +50,6 @@ ROW_PARAMS = ("user_emb", "user_bias")  # public parameters with one row per use
 _DENSE_PHI_LIMIT = 20_000_000  # q·n_w entries below which a Gaussian Φ block of columns is kept dense
 _ROOT = Path(__file__).resolve().parents[2]
 STARTUP_S = 120.0  # rendezvous deadline: every rank must have joined within this (or the group's timeout if longer)
-
-
-@dataclass(frozen=True)
-class Cluster:
-    """Where a party's training ranks meet (torch.distributed TCP rendezvous) and how long any wait may last."""
-
-    workers: int = 1
-    master_addr: str = "127.0.0.1"
-    master_port: int = 0  # 0: a free port (every rank spawned here); fixed when workers run elsewhere
-    local_workers: int | None = None  # ranks 1..local_workers spawned here (None: all W − 1)
-    timeout_s: float = 600.0
-    idle_s: float = 900.0  # a run with no step this long releases its workers (its next step starts them again)
-
-    @property
-    def spawned(self) -> int:
-        """Ranks this process spawns."""
-        return self.workers - 1 if self.local_workers is None else min(self.local_workers, self.workers - 1)
 
 
 def shard_bounds(n: int, workers: int, rank: int) -> tuple[int, int]:

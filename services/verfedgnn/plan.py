@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from concurrent.futures import Executor
@@ -14,12 +13,14 @@ from models.blend import LocalRanking
 from services.errors import PolicyRefused
 from services.federation.aggregation import Aggregation, PartyAggregation
 from services.federation.links import Handler, Link
-from services.federation.plan import RatingTable, RoundOutcome, Seeds
-from services.verfedgnn.config import TrainConfig, model_config, run_config
+from services.crypto.interaction_dp import RunGuarantee
+from services.federation.plan import RatingTable, RoundOutcome, Seeds, StoppingRule
+from services.verfedgnn.config import RUN_DEFAULTS, TrainConfig, VerFedGNNRunConfig, model_config, run_config
 from services.verfedgnn.coordinator import CoordinatorTrainer
 from services.verfedgnn.distributed import Cluster, DistributedPartyTrainer
 from services.verfedgnn.local import fit_local
 from services.verfedgnn.party import PartyTrainer
+from services.verfedgnn.presets import DEFAULT_PRESET, PRESETS, protocol_preset
 from services.verfedgnn.private_data import training_data
 from services.verfedgnn.rounds import VerFedGNNParty, run_round
 from services.verfedgnn.secure import seeded_trainer
@@ -78,34 +79,7 @@ class VerFedGNNEngine:
         self.trainer.load_state_dict(load_state(state))
 
 
-_VALID_TAG = 0x56414C  # separates the validation carve's stream from the run's other seeded streams
-_PRIVATE_TAG = 0x505256  # the carve of the private users' rows: its own stream, so the aligned carve ignores them
-
-
-def carve_validation(table: RatingTable, *, fraction: float, seed: int, party_id: str,
-                     aligned: Sequence[str] | None = None) -> np.ndarray:
-    """Split codes with `fraction` of the training rows relabelled validation, when none is labelled (seeded).
-
-    Rows are taken in (user, item) order first, so the carve does not depend on the database's row order.
-    Given the `aligned` users, their rows are carved by one stream and every other row by another: which
-    aligned rows are held out (a count the party reports) does not depend on any other user's ratings.
-    """
-    codes = np.asarray(table.codes).copy()
-    if fraction <= 0 or np.any(codes == SPLIT_CODES["valid"]):
-        return codes
-    order = np.lexsort((np.asarray(table.items, dtype=str), np.asarray(table.users, dtype=str)))
-    train = order[codes[order] == SPLIT_CODES["train"]]
-    tag = int.from_bytes(hashlib.sha256(party_id.encode()).digest()[:4], "big")
-    groups = [(train, [seed, _VALID_TAG, tag])]
-    if aligned is not None:
-        inside = np.isin(np.asarray(table.users, dtype=str)[train], np.asarray(list(aligned), dtype=str))
-        groups = [(train[inside], [seed, _VALID_TAG, tag]), (train[~inside], [seed, _VALID_TAG, tag, _PRIVATE_TAG])]
-    for rows, key in groups:
-        rng = np.random.default_rng(key)
-        codes[rng.choice(rows, size=int(round(fraction * rows.size)), replace=False)] = SPLIT_CODES["valid"]
-    return codes
-
-
+ENGINE_ONLY = {"seed", "rounds", "projection_seed"}  # the run's own, or agreed among the parties at set-up
 def check_feedback(config: TrainConfig, feedback: str) -> None:
     """Refuse (PolicyRefused) a run an implicit party cannot train: its only objective is the ranking loss."""
     if feedback == "implicit" and config.rank_weight <= 0:
@@ -135,6 +109,19 @@ class VerFedGNNPlan:
     """The registry's entry for VerFedGNN."""
 
     name = "verfedgnn"
+    run_model = VerFedGNNRunConfig
+    default_preset = DEFAULT_PRESET
+    presets = PRESETS
+
+    def resolve(self, *, explicit: Mapping[str, Any], preset: str) -> tuple[int, dict[str, Any]]:
+        """The preset's values for the run's model, the coordinator's RUN_DEFAULTS, then the caller's."""
+        values = protocol_preset(preset, model=explicit.get("model", "gcn"), protocol=self.name)
+        rounds = int(values.pop("rounds"))
+        return rounds, {"protocol": self.name, **RUN_DEFAULTS, **values, **explicit}
+
+    def stored_settings(self, config: TrainConfig) -> dict[str, Any]:
+        """Every engine setting but the run's own (seed, rounds) and the parties' (projection seed)."""
+        return {"protocol": self.name, **config.model_dump(exclude=ENGINE_ONLY)}
 
     def config(self, raw: Mapping[str, Any], *, seed: int, rounds: int) -> TrainConfig:
         """The engine config (the run's seed and rounds win)."""
@@ -181,6 +168,26 @@ class VerFedGNNPlan:
     def secure_by_default(self, config: Any) -> bool:
         """Masked sums unless the run turned secure aggregation off."""
         return bool(config.secure_aggregation)
+
+    def seed(self, config: TrainConfig) -> int:
+        """The run seed."""
+        return config.seed
+
+    def stopping(self, config: TrainConfig) -> StoppingRule:
+        """`patience` on the validation RMSE, `rank_patience` (None: `patience`) on the validation NDCG@10."""
+        return StoppingRule(patience=config.patience, rank_patience=config.rank_patience or config.patience)
+
+    def guarantee(self, config: TrainConfig) -> RunGuarantee:
+        """The randomized response's whole-run guarantee."""
+        return config.guarantee()
+
+    def privacy_record(self, config: TrainConfig) -> dict[str, object]:
+        """The run's mechanisms and their parameters."""
+        return config.privacy_record()
+
+    def budget(self, config: TrainConfig) -> tuple[float, float] | None:
+        """The run's (ε, δ) budget, if set."""
+        return None if config.dp_budget_epsilon is None else (config.dp_budget_epsilon, config.dp_budget_delta)
 
     def warm_settings(self, *, previous: Mapping[str, Any], settings: Mapping[str, Any],
                       explicit: AbstractSet[str]) -> dict[str, Any]:

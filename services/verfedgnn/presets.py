@@ -56,3 +56,9 @@ PROTOCOL_TUNING: dict[str, dict[str, dict[str, Any]]] = {
 def preset_values(name: str, model: str) -> dict[str, Any]:
     """A preset's settings for `model` (its per-model adjustments applied); KeyError if unknown."""
     return {**PRESETS[name], **MODEL_TUNING.get(name, {}).get(model, {}), "model": model}
+
+
+def protocol_preset(name: str, *, model: str, protocol: str) -> dict[str, Any]:
+    """A preset's settings for a protocol's `model` (rounds included: the run's cap); KeyError if unknown."""
+    return {**preset_values(name, model), **PROTOCOL_TUNING.get(name, {}).get(protocol, {})}
+

@@ -13,10 +13,11 @@ from typing import Literal
 import numpy as np
 
 from models import metrics
+from services.federation.plan import SPLIT_CODES as SPLIT_CODES  # the runtime's types, re-exported
+from services.federation.plan import RoundMetrics as RoundMetrics
 
 SPLITS = ("train", "valid", "test")
 RANK_K = 10  # the validation ranking figure parties report: NDCG@10 (metric key valid_ndcg@10)
-SPLIT_CODES = {"train": 0, "valid": 1, "test": 2}  # how a party stores evaluation labels
 
 
 @dataclass(frozen=True)
@@ -136,21 +137,6 @@ class GradientUpload:
     def nbytes(self) -> int:
         """Payload size of the gradients."""
         return sum(q.nbytes() for q in self.quantized.values()) + sum(int(a.nbytes) for a in self.dense.values())
-
-
-@dataclass(frozen=True)
-class RoundMetrics:
-    """Coordinator-side summary of one round (metrics are of the model at the start of the round)."""
-
-    round_index: int
-    participants: list[str]
-    loss: float
-    rmse: dict[str, float]  # split -> RMSE over participating parties
-    mae: dict[str, float]
-    per_party: dict[str, dict[str, float]]  # party -> {"train_rmse", "valid_rmse", "test_rmse", "test_mae", ...}
-    upload_bytes: int
-    upload_nonzeros: int
-    ndcg: dict[str, float] = field(default_factory=dict)  # split -> NDCG@RANK_K pooled over the parties (valid)
 
 
 def party_number(party_id: str) -> int:

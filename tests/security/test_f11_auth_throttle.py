@@ -34,3 +34,19 @@ def test_throttle_window_slides() -> None:
     assert throttle.retry_after("a") == 11 and throttle.retry_after("b") is None
     now[0] = 10.5
     assert throttle.retry_after("a") is None
+
+
+def test_each_worker_process_allows_its_share_of_the_limit() -> None:
+    """The throttle counts per process: N workers each allow limit ÷ N, so together about the limit, not N×."""
+    from fastapi import FastAPI
+
+    from api_common.guard import RequestGuard, install_guard, per_process_limit
+    from services.config import PartySettings
+
+    assert [per_process_limit(100, workers=w) for w in (1, 2, 3, 4, 64)] == [100, 50, 34, 25, 2]
+    assert per_process_limit(1, workers=8) == 1
+    app = FastAPI()
+    settings = PartySettings(database_url="sqlite://", workers=4, auth_failure_limit=10, dev_mode=True)
+    install_guard(app, settings=settings, checks={})
+    guard = next(m for m in app.user_middleware if m.cls is RequestGuard)
+    assert guard.kwargs["throttle"].limit == 3

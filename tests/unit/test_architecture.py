@@ -15,6 +15,7 @@ from functools import cache
 
 import pytest
 
+from services.federation import registry
 from tests.support.layout import OURS, ROOT, imports_of, module_name, our_files, package_of
 
 CORE = frozenset({"services.errors", "services.protocol", "services.crypto", "services.data", "services.db",
@@ -41,9 +42,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "services.verfedgnn": CORE,
     "services.p4gcn": CORE,
     "services.fedpergnn": CORE | {"services.verfedgnn"},  # the baseline reuses VerFedGNN's trainers
-    # roles: protocols, core, settings (never each other)
-    "services.party": CORE | PROTOCOLS | SETTINGS,
-    "services.coordinator": CORE | PROTOCOLS | SETTINGS,
+    # roles: core, settings (never each other, never a protocol: they reach protocols through the registry)
+    "services.party": CORE | SETTINGS,
+    "services.coordinator": CORE | SETTINGS,
     # experiments run the protocols in one process (no role, no API)
     "services.evaluation": CORE | PROTOCOLS,
     # attacks read recorded messages of experiment runs (no role, no API; nothing of ours imports them)
@@ -52,9 +53,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "services.privacy": CORE | {"services.verfedgnn"},
     # what both APIs share: framework glue over the core and settings (never a role, a protocol or an API)
     "api_common": CORE | SETTINGS,
-    # an API: its own role, protocol wire messages, core, settings, api_common (never the other API or role)
-    "party_api": CORE | PROTOCOLS | SETTINGS | {"services.party", "api_common"},
-    "coordinator_api": CORE | PROTOCOLS | SETTINGS | {"services.coordinator", "services.privacy", "api_common"},
+    # an API: its own role, core, settings, api_common (never the other API or role, never a protocol)
+    "party_api": CORE | SETTINGS | {"services.party", "api_common"},
+    "coordinator_api": CORE | SETTINGS | {"services.coordinator", "services.privacy", "api_common"},
     # the command line drives everything
     "cli": CORE | PROTOCOLS | ROLES | SETTINGS | APIS | {"services.evaluation", "api_common"},
     "migrations": frozenset({"services.db"}),
@@ -109,6 +110,8 @@ def test_the_table_states_the_layering() -> None:
         assert not ALLOWED[proto] & (ROLES | APIS | SETTINGS | {"api_common", "cli"}), proto
     for role in ROLES:
         assert not ALLOWED[role] & (ROLES | APIS | {"api_common", "cli"}), role
+    for package in ROLES | APIS:  # protocols plug in through the registry, never by an import
+        assert not ALLOWED[package] & PROTOCOLS, package
     for api, other in (("party_api", "coordinator_api"), ("coordinator_api", "party_api")):
         assert other not in ALLOWED[api] and other not in ALLOWED["api_common"]
     assert "services.coordinator" not in ALLOWED["party_api"] and "services.party" not in ALLOWED["coordinator_api"]
@@ -156,10 +159,21 @@ def test_every_import_follows_the_table() -> None:
 RUNTIME = sorted(NOT_LOADED.keys() | {"api_common", "party_api", "coordinator_api"})
 
 
+# what the registry imports by name when a role or an API asks for a plan or a party service (run time only)
+REGISTERED = frozenset(package_of(m) for m in [*registry.PROTOCOLS.values(), *registry.PARTY_SERVICES.values()])
+
+
 def _runtime_allowed(package: str) -> set[str]:
     if package == "services":
         return set().union(*(_closure(p) for p in ALLOWED if p.startswith("services")))
-    return _closure(package)
+    allowed = _closure(package)
+    if "services.federation" in allowed:
+        allowed |= set().union(*(_closure(p) for p in REGISTERED))
+    return allowed
+
+
+def test_the_registry_names_protocol_packages() -> None:
+    assert REGISTERED <= PROTOCOLS, sorted(REGISTERED - PROTOCOLS)
 
 
 @cache

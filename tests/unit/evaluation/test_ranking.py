@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from models.metrics import ndcg_sum, top_k_columns
+from models.metrics import merge_order, ndcg_sum, top_k_columns
 from services.evaluation import ranking
 
 
@@ -114,3 +114,17 @@ def test_ndcg_sum_is_the_sum_of_the_users_ndcg() -> None:
         mask[u, list(rel)] = True
     expected -= ranking.ndcg_at_k([int(x) for x in top[-1] if x >= 0], relevant[-1], 10)
     assert ndcg_sum(scores, seen, mask, 10) == pytest.approx(expected, rel=1e-12)
+
+
+def test_the_one_merge_is_the_fan_outs_stable_sort_with_fallbacks_last() -> None:
+    """`merge_order` (fan-out, experiments, plain lists) = Python's stable sort by (fallback, −score)."""
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        n, k = int(rng.integers(0, 30)), int(rng.integers(1, 12))
+        scores = np.round(rng.normal(size=n), 1)  # many ties
+        fallback = rng.random(n) < 0.3
+        expected = sorted(range(n), key=lambda i: (bool(fallback[i]), -scores[i]))[:k]
+        assert merge_order(scores, k, demoted=fallback).tolist() == expected
+        assert merge_order(scores, k).tolist() == sorted(range(n), key=lambda i: -scores[i])[:k]
+    rows = np.round(rng.normal(size=(5, 9)), 1)
+    assert merge_order(rows, 4).tolist() == [sorted(range(9), key=lambda i: -r[i])[:4] for r in rows]
