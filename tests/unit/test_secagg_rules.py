@@ -63,7 +63,7 @@ def test_the_masked_value_record_survives_a_restart() -> None:
     opened = {p: u.open_round(Step("begin", 3), NAMES, ["projection|0"]) for p, u in ups.items()}
     inbox = {p: opened[p]["secagg"]["sealed"]["p0"] for p in ("p1", "p2")}
     ups["p0"].wrap(Step("projection", 3, 0, 0), {"participants": NAMES, "sealed_in": inbox},
-                   Contribution(vector=lambda: np.ones(4), message=lambda: {}))
+                   Contribution(vector=lambda: np.ones(4), message=dict))
     again = MaskedUpload(secagg=sec["p0"], parties=NAMES, version=lambda step: 7)  # the party restarted
     again.load(ups["p0"].export())
     with pytest.raises(ProtocolError, match="one mask per value"):
