@@ -1,5 +1,5 @@
 """`fedrec party` sub-commands: serve, migrate, ingest a file into a running party, register users, label its
-evaluation split, vacuum (PostgreSQL)."""
+evaluation split, vacuum (PostgreSQL), print its identity key."""
 
 from __future__ import annotations
 
@@ -302,6 +302,34 @@ def users(
     typer.echo(json.dumps({**totals, "file": str(file)}))
 
 
+@reported
+def identity(
+    database_url: Annotated[str | None, typer.Option(help="default: PARTY_DATABASE_URL")] = None,
+) -> None:
+    """Print this party's Ed25519 identity key, which each peer pins in PARTY_PEER_IDENTITIES (docs/privacy.md §7.1).
+
+    It derives from PARTY_SECRET, or from the secret the party drew and kept in its database (drawn and kept
+    now when there is none yet, as the party itself would at its first run).
+    """
+    from services.config import PartySettings
+    from services.crypto.secagg import SecAggParty
+    from services.db.session import make_engine, make_sessionmaker
+    from services.party.federation import FederationService
+
+    settings = PartySettings()
+    engine = make_engine(database_url or settings.database_url)
+    try:
+        service = FederationService(sessions=make_sessionmaker(engine), party_id=settings.party_id,
+                                    rating_min=settings.rating_min, rating_max=settings.rating_max,
+                                    secret=bytes.fromhex(settings.secret) if settings.secret else None)
+        with service.sessions() as session:
+            secret = service.secret(session)
+    finally:
+        engine.dispose()
+    key = SecAggParty(party_id=settings.party_id, secret=secret, run_id="identity").identity
+    typer.echo(json.dumps({settings.party_id: key}))
+
+
 def register(app: typer.Typer) -> None:
     """Attach the party commands to the root CLI."""
     sub = typer.Typer(help="Run a party service and load data into it.", no_args_is_help=True)
@@ -311,4 +339,5 @@ def register(app: typer.Typer) -> None:
     sub.command()(ingest)
     sub.command()(users)
     sub.command()(vacuum)
+    sub.command()(identity)
     app.add_typer(sub, name="party")

@@ -177,7 +177,8 @@ class PartySettings(GuardSettings):
     # cells) exceed this cap; small ε makes a sparse matrix dense (services.party.dp_policy).
     dp_min_epsilon: float = Field(1.0, gt=0.0)
     dp_max_released: int = Field(50_000_000, ge=1)
-    # Pinned Ed25519 identity keys of the peers ({party_id: hex}); unpinned peers are trusted on first use.
+    # Pinned Ed25519 identity keys of the peers ({party_id: hex}); with pins set no other peer id is accepted.
+    # Outside dev mode every peer must be pinned; trust on first use of unpinned peers is dev mode only.
     peer_identities: dict[str, str] = Field(default_factory=dict)
     # Distributed training (docs/distributed.md): the federation process trains each VerFedGNN run with this many
     # torch.distributed ranks (itself rank 0), the run's users split among them; workers beyond

@@ -106,8 +106,9 @@ def start(run_id: NamePath, body: StartRequest, fed: FedDep) -> StartResponse:
     return fed.start(run_id=run_id, request=body)
 
 
-StepName = Annotated[str, Path(pattern=r"^(recovery:)?[a-z][a-z_]{0,31}$",
-                                 description="the protocol's step: begin, projection, total, finish, recovery:STEP, …")]
+StepName = Annotated[str, Path(pattern=r"^((recovery|consistency):)?[a-z][a-z_]{0,31}$",
+                                 description="the protocol's step: begin, projection, total, finish, "
+                                             "consistency:STEP, recovery:STEP, …")]
 LayerQuery = Annotated[int, Query(ge=-1, le=64, description="layer of a per-layer step (-1: none)")]
 
 

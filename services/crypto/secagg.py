@@ -75,6 +75,22 @@ def _statement(run_id: str, party_id: str, dh_public: bytes) -> bytes:
     return _h(b"fedrec-secagg-key", run_id.encode(), party_id.encode(), dh_public)
 
 
+def survivors_statement(*, run_id: str, round_index: int, attempt: int, label: str,
+                        survivors: Sequence[str]) -> bytes:
+    """What a party signs in the consistency round: the survivor set of one masked step of one attempt."""
+    return _h(b"fedrec-secagg-survivors", run_id.encode(), f"r{round_index}|a{attempt}|{label}".encode(),
+              *[p.encode() for p in sorted(survivors)])
+
+
+def signature_valid(identity: str, statement: bytes, signature: str) -> bool:
+    """Whether `signature` (hex) is the Ed25519 signature of `statement` under the hex identity key."""
+    try:
+        nacl.signing.VerifyKey(bytes.fromhex(identity)).verify(statement, bytes.fromhex(signature))
+    except (ValueError, TypeError, nacl.exceptions.BadSignatureError, nacl.exceptions.ValueError):
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class KeyAnnouncement:
     """A party's X25519 public key for one run, signed with its Ed25519 identity key (all hex)."""
@@ -103,6 +119,7 @@ class SecAggParty:
         self._dh = nacl.public.PrivateKey(_h(b"dh", secret, run_id.encode()))
         self._sign = nacl.signing.SigningKey(_h(b"identity", secret))
         self.pair_keys: dict[str, bytes] = {}
+        self.identities: dict[str, str] = {}  # peer id -> the identity key its accepted announcement was signed with
 
     def derived_seed(self, label: str, run_seed: int) -> int:
         """A 63-bit seed only this party can compute (party-local randomness: init, noise, quantization)."""
@@ -120,10 +137,15 @@ class SecAggParty:
         sig = self._sign.sign(_statement(self.run_id, self.party_id, pub)).signature
         return KeyAnnouncement(self.party_id, pub.hex(), self.identity, sig.hex())
 
+    def sign(self, statement: bytes) -> str:
+        """Hex Ed25519 signature of a statement with this party's long-term identity key."""
+        return bytes(self._sign.sign(statement).signature).hex()
+
     def accept(self, peers: Sequence[KeyAnnouncement], *, pinned: Mapping[str, str] | None = None) -> None:
         """Verify the peers' announcements (and pinned identities) and derive a pairwise key with each."""
         own = bytes(self._dh.public_key)
         keys: dict[str, bytes] = {}
+        identities: dict[str, str] = {}
         for a in peers:
             if a.party_id == self.party_id:
                 if a.dh_public != own.hex():
@@ -132,12 +154,13 @@ class SecAggParty:
             a.verify(self.run_id)
             if pinned and a.party_id in pinned and pinned[a.party_id] != a.identity:
                 raise CryptoError(f"identity key of {a.party_id} differs from the pinned one")
+            identities[a.party_id] = a.identity
             other = bytes.fromhex(a.dh_public)
             shared = nacl.bindings.crypto_scalarmult(bytes(self._dh), other)
             lo, hi = sorted([(self.party_id, own), (a.party_id, other)])
             keys[a.party_id] = _h(b"fedrec-pair", shared, self.run_id.encode(), lo[0].encode(), lo[1],
                                   hi[0].encode(), hi[1])
-        self.pair_keys = keys
+        self.pair_keys, self.identities = keys, identities
 
     def _peer(self, party_id: str) -> bytes:
         try:

@@ -9,8 +9,10 @@ Flower's SecAgg+ workflow wraps an unchanged strategy:
 - `MaskedSum` / `MaskedUpload`: double masking (`services.crypto.double_mask`): each party sends its
   value in fixed point plus a self mask and pairwise masks, from step secrets it Shamir-shared among
   the attempt's participants at `begin`; the coordinator sees only the sum. To unmask it, the
-  survivors reveal, once per step, shares of the survivors' self-mask seeds and of the dropped
-  parties' step keys — never both for one party — with a majority threshold.
+  survivors first sign the survivor set with their identity keys (`consistency:STEP`, the
+  consistency round of Bonawitz et al. 2017); then each reveals, once per step and only when shown
+  at least t valid signatures over the set it signed itself, shares of the survivors' self-mask
+  seeds and of the dropped parties' step keys — never both for one party — with a majority threshold.
 
 Either way the protocol's round is one sequence: it never knows which strategy carries its sums.
 """
@@ -37,13 +39,23 @@ from services.crypto.double_mask import (
     threshold_for,
     unseal,
 )
-from services.crypto.secagg import SecAggParty, decode_fixed, encode_fixed, prg, step_context
+from services.crypto.secagg import (
+    SecAggParty,
+    decode_fixed,
+    encode_fixed,
+    prg,
+    signature_valid,
+    step_context,
+    survivors_statement,
+)
 from services.errors import CryptoError, ProtocolError
 from services.federation.fanout import fan_out
 from services.federation.links import Link, Message, Step
 
 MIN_MASKED = 2  # a masked sum over one party would be that party's value in the clear
 RECOVERY = "recovery:"  # prefix of the step that unmasks a masked step's sum (after dropouts too)
+KEEP_VERSIONS = 8  # state versions whose masked sets a party keeps (a retry rewinds to a kept snapshot only)
+CONSISTENCY = "consistency:"  # prefix of the step where the survivors sign the survivor set, before any reveal
 
 
 def message_bytes(message: object) -> int:
@@ -127,9 +139,10 @@ class MaskedSum:
     """Double-masked values (self mask + pairwise masks, both Shamir-shared); the coordinator sees sums only.
 
     `opened` keeps what the parties published at `begin` (each step's public keys, the sealed key
-    shares for each peer); `collect` relays each party's sealed shares with the first summed step,
-    sums the masked vectors, then asks the survivors, once, to reveal the self-mask seeds of the
-    survivors and the step keys of the parties that dropped, and removes both from the sum.
+    shares for each peer, the threshold); `collect` relays each party's sealed shares with the first
+    summed step, sums the masked vectors, asks the survivors to sign the survivor set (consistency
+    round), then asks the signers, once, to reveal the self-mask seeds of the survivors and the step
+    keys of the parties that dropped (showing them the signatures), and removes both from the sum.
     """
 
     name = "masked"
@@ -148,6 +161,8 @@ class MaskedSum:
         self._publics, self._inbox = {}, {}
         for sender, answer in answers.items():
             published = answer.get("secagg") or {}
+            # parties share with t of the configured peer set when that is higher (they refuse fewer shares)
+            self._threshold = max(self._threshold, int(published.get("threshold") or 0))
             for label, public in dict(published.get("publics") or {}).items():
                 self._publics.setdefault(str(label), {})[sender] = bytes.fromhex(str(public))
             for recipient, box in dict(published.get("sealed") or {}).items():
@@ -182,9 +197,18 @@ class MaskedSum:
         for v in vectors.values():
             total += v
         survivors, dropped = sorted(vectors), [p for p in names if p not in vectors]
+        # consistency round: every survivor signs the one survivor set before anyone reveals a share
+        check = Step(CONSISTENCY + step.name, step.round_index, step.attempt, step.layer)
+        signed, failed = fan_out(pool, {p: links[p] for p in survivors},
+                                 lambda link: link.call(check, {"survivors": survivors}))
+        failures.update({p: f"signing the survivors of {_label(step)}: {why}" for p, why in failed.items()})
+        signatures = {p: str(a.get("signature", "")) for p, a in signed.items()}
+        if len(signatures) < self._threshold:
+            return Collected(None, [], failures, sent)
         reveal = Step(RECOVERY + step.name, step.round_index, step.attempt, step.layer)
-        request: Message = {"survivors": survivors, "dropped": dropped}
-        shares, failed = fan_out(pool, {p: links[p] for p in survivors}, lambda link: link.call(reveal, request))
+        request: Message = {"survivors": survivors, "dropped": dropped, "signatures": signatures}
+        shares, failed = fan_out(pool, {p: links[p] for p in sorted(signatures)},
+                                 lambda link: link.call(reveal, request))
         failures.update({p: f"unmasking {_label(step)}: {why}" for p, why in failed.items()})
         if len(shares) < self._threshold:  # the sum cannot be unmasked: the caller abandons the attempt
             return Collected(None, [], failures, sent)
@@ -236,6 +260,10 @@ class PartyAggregation(Protocol):
         """The wire answer carrying this party's value for the step."""
         ...
 
+    def consistency(self, step: Step, message: Message) -> Message:
+        """Sign the survivor set of a masked step (refused by strategies that mask nothing)."""
+        ...
+
     def recover(self, step: Step, message: Message) -> Message:
         """Answer an unmasking request for a masked step (refused by strategies that mask nothing)."""
         ...
@@ -243,7 +271,7 @@ class PartyAggregation(Protocol):
 
 def step_label(step: Step) -> str:
     """The summed step a secret belongs to: its name and layer (the recovery prefix dropped)."""
-    return f"{step.name.removeprefix(RECOVERY)}|{step.layer}"
+    return f"{step.name.removeprefix(RECOVERY).removeprefix(CONSISTENCY)}|{step.layer}"
 
 
 def participants_of(message: Message, field: str = "participants") -> tuple[str, ...]:
@@ -267,6 +295,11 @@ class PlainUpload:
         """The contribution's message."""
         return contribution.message()
 
+    def consistency(self, step: Step, message: Message) -> Message:
+        """Nothing is masked: no survivor set to sign."""
+        raise ProtocolError("this run does not use secure aggregation: there is no survivor set to sign",
+                            extra={"field": "step"})
+
     def recover(self, step: Step, message: Message) -> Message:
         """Nothing is masked: nothing to recover."""
         raise ProtocolError("this run does not use secure aggregation: there is nothing to recover",
@@ -284,47 +317,91 @@ class _Attempt:
     secrets: dict[str, StepSecrets]  # label -> own step secrets
     publics: dict[str, dict[str, bytes]] = field(default_factory=dict)  # label -> party -> step public key
     shares: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # label -> owner -> my shares
+    version: int = -1  # the party's state version the attempt masks values of
     accepted: bool = False
     masked: dict[str, tuple[str, ...]] = field(default_factory=dict)  # label -> participants masked with
+    signed: dict[str, tuple[str, ...]] = field(default_factory=dict)  # label -> the one survivor set signed
     revealed: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
 
 
 class MaskedUpload:
     """Double masking at a party: fresh step secrets per attempt, Shamir-shared at begin, revealed once per step.
 
-    A value of a round is masked for one participant set only (a second set, in any attempt, would
-    let two sums differ by this party's value); an unmasking request is answered once per step,
-    for a partition of the parties this party masked with into survivors (self-mask seed shares)
-    and dropped (step-key shares), so no party's two secrets ever leave here for the same step.
+    The participant universe is the peer set fixed at configuration (`parties`): a round over anyone
+    outside it, or over fewer than that set's threshold, is refused. One mask per value: the party's
+    value is keyed on its state version (what applying a round's update changes, `version`), so a
+    value masked for one participant set is never masked for another, in any round or attempt. An
+    unmasking request is answered once per step, only after this party signed that step's survivor
+    set and is shown at least t valid signatures of authenticated peers over the same set (the
+    consistency round), and only for a partition of the parties it masked with into survivors
+    (self-mask seed shares) and dropped (step-key shares): no party's two secrets leave for one step.
     """
 
     name = "masked"
 
     def __init__(self, *, secagg: SecAggParty, parties: Sequence[str],
-                 random_bytes: Callable[[int], bytes] = os.urandom) -> None:
+                 random_bytes: Callable[[int], bytes] = os.urandom,
+                 version: Callable[[Step], int] | None = None, configured: Sequence[str] | None = None) -> None:
         self.secagg = secagg
         self.parties = frozenset(parties)
+        # the peer set fixed at the run's first key agreement (a later one may only have left parties out)
+        self.configured = frozenset(parties if configured is None else configured)
         self.random_bytes = random_bytes
+        # the party's state version a round begins from; without one (in-process runs), the round index
+        self.version = version or (lambda step: step.round_index)
         self._attempt: _Attempt | None = None
-        self._sets: dict[tuple[int, str], tuple[str, ...]] = {}  # (round, label) -> the one set it was masked for
+        self._sets: dict[tuple[int, str], tuple[str, ...]] = {}  # (version, label) -> the one set it was masked for
+        self._holders: dict[int, tuple[str, ...]] = {}  # version -> the participants of the attempt that masked it
 
     @property
     def party_id(self) -> str:
         """Id of this party."""
         return self.secagg.party_id
 
+    @property
+    def floor(self) -> int:
+        """The fewest participants a masked round may have: the threshold of the configured peer set."""
+        return max(MIN_MASKED, threshold_for(len(self.configured)))
+
+    def export(self) -> dict[str, Any]:
+        """Which participant set each state version (and each of its values) was masked for, to persist."""
+        keep = sorted(self._holders)[-KEEP_VERSIONS:]
+        return {"holders": {str(v): list(self._holders[v]) for v in keep},
+                "sets": [[v, label, list(names)] for (v, label), names in sorted(self._sets.items()) if v in keep]}
+
+    def load(self, saved: Mapping[str, Any]) -> None:
+        """Restore what `export` kept (a party restarted mid-run masks nothing again for another set)."""
+        self._holders = {int(v): tuple(h) for v, h in dict(saved.get("holders") or {}).items()}
+        self._sets = {(int(v), str(label)): tuple(names) for v, label, names in list(saved.get("sets") or [])}
+
     def _context(self, round_index: int, attempt: int, sender: str, recipient: str) -> str:
         return f"{self.secagg.run_id}|r{round_index}|a{attempt}|{sender}>{recipient}"
 
+    def check_begin(self, participants: Sequence[str], *, version: int) -> tuple[str, ...]:
+        """The attempt's participants, sorted; ProtocolError when a round over them may not begin here."""
+        holders = tuple(sorted({str(p) for p in participants}))
+        outside = sorted(set(holders) - self.parties)
+        if outside:
+            raise ProtocolError(f"participants {outside} are outside the peer set fixed at configuration "
+                                f"{sorted(self.parties)}", extra={"field": "participants"})
+        if self.party_id not in holders or len(holders) < self.floor:
+            raise ProtocolError(f"a masked round needs this party and at least {self.floor} parties (the threshold "
+                                f"of the configured peer set of {len(self.configured)}), got {list(holders)}",
+                                extra={"field": "participants"})
+        first = self._holders.get(version)
+        if first is not None and first != holders:
+            # two sums of one value over different sets differ by the values of the parties left out
+            raise ProtocolError(f"one mask per value: this party's state version {version} was already masked for "
+                                f"{list(first)}, not again for {list(holders)}", extra={"field": "participants"})
+        return holders
+
     def open_round(self, step: Step, participants: Sequence[str], labels: Sequence[str]) -> Message:
         """Draw this attempt's step secrets, share them among the participants, seal each peer's shares."""
-        holders = tuple(sorted({str(p) for p in participants}))
-        if self.party_id not in holders or len(holders) < MIN_MASKED or not set(holders) <= self.parties:
-            raise ProtocolError(f"a masked round needs this party and known peers, got {list(holders)}",
-                                extra={"field": "participants"})
-        t = threshold_for(len(holders))
+        version = self.version(step)
+        holders = self.check_begin(participants, version=version)
+        t = max(threshold_for(len(holders)), threshold_for(len(self.configured)))
         secrets = {label: StepSecrets.draw(self.random_bytes) for label in labels}
-        att = _Attempt(step.round_index, step.attempt, holders, t, secrets)
+        att = _Attempt(step.round_index, step.attempt, holders, t, secrets, version=version)
         per_holder = {label: sec.shares(holders=holders, threshold=t) for label, sec in secrets.items()}
         for label, sec in secrets.items():
             att.publics.setdefault(label, {})[self.party_id] = sec.public
@@ -340,7 +417,8 @@ class MaskedUpload:
                 raise ProtocolError(exc.detail, extra={"field": "participants"}) from exc
             sealed[v] = seal(key, payload, context=self._context(step.round_index, step.attempt, self.party_id, v))
         self._attempt = att
-        return {"secagg": {"publics": {label: sec.public.hex() for label, sec in secrets.items()}, "sealed": sealed}}
+        return {"secagg": {"publics": {label: sec.public.hex() for label, sec in secrets.items()}, "sealed": sealed,
+                           "threshold": t}}
 
     def _current(self, step: Step) -> _Attempt:
         att = self._attempt
@@ -381,11 +459,12 @@ class MaskedUpload:
         missing = [p for p in names if p not in att.publics.get(label, {})]
         if label not in att.secrets or missing:
             raise ProtocolError(f"{label}: no step keys from {missing or 'this party'}", extra={"field": "participants"})
-        first = self._sets.setdefault((step.round_index, label), names)
+        first = self._sets.setdefault((att.version, label), names)
         if first != names:
             # two sums of one value over different sets differ by the values of the parties left out
-            raise ProtocolError(f"{step.name} of round {step.round_index} was already masked for "
-                                f"{list(first)}", extra={"field": "participants"})
+            raise ProtocolError(f"one mask per value: {step.name} of state version {att.version} was already masked "
+                                f"for {list(first)}", extra={"field": "participants"})
+        self._holders.setdefault(att.version, att.holders)
         value = encode_fixed(contribution.vector())
         ctx = step_context(round_index=step.round_index, attempt=step.attempt, step=step.name, layer=step.layer)
         own = att.secrets[label]
@@ -395,21 +474,67 @@ class MaskedUpload:
         att.masked[label] = names
         return {"masked": masked}
 
-    def recover(self, step: Step, message: Message) -> Message:
-        """Once per step: shares of the survivors' self-mask seeds and of the dropped parties' step keys."""
-        att = self._current(step)
+    def _masked_with(self, att: _Attempt, step: Step) -> tuple[str, tuple[str, ...]]:
         label = step_label(step)
         names = att.masked.get(label)
         if names is None:
             raise ProtocolError(f"{label} of round {step.round_index} attempt {step.attempt} was not masked here",
                                 extra={"field": "step"})
+        return label, names
+
+    def _statement(self, att: _Attempt, label: str, survivors: Sequence[str]) -> bytes:
+        return survivors_statement(run_id=self.secagg.run_id, round_index=att.round_index, attempt=att.attempt,
+                                   label=label, survivors=survivors)
+
+    def consistency(self, step: Step, message: Message) -> Message:
+        """Sign one survivor set per step (this party in it, at least t parties, all of them masked with)."""
+        att = self._current(step)
+        label, names = self._masked_with(att, step)
+        survivors = participants_of(message, "survivors")
+        if self.party_id not in survivors or not set(survivors) <= set(names):
+            raise ProtocolError(f"consistency round: the survivor set must name this party and only parties it "
+                                f"masked with, {list(names)}", extra={"field": "survivors"})
+        if len(survivors) < att.threshold:
+            raise ProtocolError(f"consistency round: {len(survivors)} survivors, fewer than the threshold "
+                                f"{att.threshold}", extra={"field": "survivors"})
+        first = att.signed.setdefault(label, survivors)
+        if first != survivors:
+            raise ProtocolError(f"consistency round: {label} was already signed for survivors {list(first)} "
+                                "(one survivor set per step)", extra={"field": "survivors"})
+        return {"signature": self.secagg.sign(self._statement(att, label, survivors))}
+
+    def _signed_by(self, party_id: str, statement: bytes, signature: object) -> bool:
+        """Whether the signature is the party's, under the identity key authenticated at key agreement."""
+        identity = self.secagg.identity if party_id == self.party_id else self.secagg.identities.get(party_id)
+        return identity is not None and signature_valid(identity, statement, str(signature))
+
+    def recover(self, step: Step, message: Message) -> Message:
+        """Once per step, after the consistency round: shares of the survivors' self-mask seeds and of the
+        dropped parties' step keys."""
+        att = self._current(step)
+        label, names = self._masked_with(att, step)
         survivors, dropped = participants_of(message, "survivors"), participants_of(message, "dropped")
         if (set(survivors) & set(dropped) or set(survivors) | set(dropped) != set(names)
                 or self.party_id not in survivors):
             raise ProtocolError(f"survivors and dropped must split the parties masked with, {list(names)}, "
                                 "with this party a survivor", extra={"field": "dropped"})
-        if att.revealed.setdefault(label, (survivors, dropped)) != (survivors, dropped):
+        if att.revealed.get(label, (survivors, dropped)) != (survivors, dropped):
             raise ProtocolError(f"{label} was already unmasked for another set of survivors", extra={"field": "dropped"})
+        signed = att.signed.get(label)
+        if signed != survivors:
+            raise ProtocolError(f"consistency round: this party signed {list(signed) if signed else 'no'} survivor set "
+                                f"for {label}, not {list(survivors)}; it reveals shares only for the set it signed",
+                                extra={"field": "survivors"})
+        signatures = message.get("signatures")
+        if not isinstance(signatures, dict):
+            raise ProtocolError("consistency round: the request carries the survivors' signatures",
+                                extra={"field": "signatures"})
+        statement = self._statement(att, label, survivors)
+        valid = [p for p, sig in signatures.items() if str(p) in survivors and self._signed_by(str(p), statement, sig)]
+        if len(valid) < att.threshold:
+            raise ProtocolError(f"consistency round: {len(valid)} valid signatures of authenticated peers over the "
+                                f"survivor set, {att.threshold} needed", extra={"field": "signatures"})
+        att.revealed.setdefault(label, (survivors, dropped))
         mine = att.shares[label]
         return {"seed": {s: mine[s]["seed"] for s in survivors}, "key": {d: mine[d]["key"] for d in dropped}}
 
@@ -420,9 +545,14 @@ def secure_run(secure: bool, parties: Collection[str]) -> bool:
     return secure and len(parties) > 1
 
 
-def party_aggregation(*, secure: bool, secagg: SecAggParty, parties: Sequence[str]) -> PartyAggregation:
-    """The party side of a run's strategy."""
-    return MaskedUpload(secagg=secagg, parties=parties) if secure else PlainUpload()
+def party_aggregation(*, secure: bool, secagg: SecAggParty, parties: Sequence[str],
+                      version: Callable[[Step], int] | None = None,
+                      configured: Sequence[str] | None = None) -> PartyAggregation:
+    """The party side of a run's strategy (`parties`: the authenticated peers; `configured`: the peer set fixed
+    at configuration, `parties` when not given; `version`: the party's state version a round begins from)."""
+    if not secure:
+        return PlainUpload()
+    return MaskedUpload(secagg=secagg, parties=parties, version=version, configured=configured)
 
 
 def aggregation(*, secure: bool) -> Aggregation:

@@ -122,6 +122,8 @@ class FedPerGNNHandler:
                 vector=lambda: finish_vector(to_gradient_upload(upload, n_users=n_users, grad_scale=gs),
                                              grad_scale=gs, layout=layout),
                 message=lambda: ldp_tree(upload)))
+        if step.name.startswith("consistency:"):
+            return self.aggregation.consistency(step, message)
         if step.name.startswith("recovery:"):
             return self.aggregation.recover(step, message)
         raise ProtocolError(f"unknown step {step.name!r}", extra={"field": "step"})

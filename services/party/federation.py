@@ -18,7 +18,14 @@ from services.crypto.psi import PsiParty
 from services.crypto.secagg import SecAggParty
 from services.errors import CryptoError, NotFound, ProtocolError, ValidationFailed
 from services.federation import registry
-from services.federation.aggregation import RECOVERY, party_aggregation, secure_run
+from services.federation.aggregation import (
+    CONSISTENCY,
+    RECOVERY,
+    MaskedUpload,
+    participants_of,
+    party_aggregation,
+    secure_run,
+)
 from services.federation.cluster import Cluster
 from services.federation.links import Step
 from services.federation.messages import (
@@ -70,6 +77,8 @@ class _Run:
     last: tuple[int, int, str, int] | None = None  # the latest step answered (a recovery may follow only it)
     cache: dict[tuple[int, int, str, int], bytes] = field(default_factory=dict)
     warm: WarmStartRef | None = None  # the release a warm run starts from
+    aggregation: Any = None  # the run's party-side aggregation strategy (built at start)
+    masked_saved: Any = None  # the masked-value record last persisted (written again only when it changes)
 
 
 def _close_side(run: _Run | None) -> None:
@@ -85,8 +94,9 @@ class FederationService:
     def __init__(self, *, sessions: sessionmaker[Session], party_id: str, rating_min: float,
                  rating_max: float, secret: bytes | None = None, peer_identities: Mapping[str, str] | None = None,
                  dp_policy: DpPolicy | None = None, feedback: Literal["explicit", "implicit"] = "explicit",
-                 cluster: Cluster | None = None) -> None:
+                 cluster: Cluster | None = None, dev_mode: bool = False) -> None:
         self.sessions = sessions
+        self.dev_mode = dev_mode  # trust on first use of unpinned peer identities: dev mode only
         self.feedback = feedback
         self.party_id = party_id
         self._secret = secret
@@ -182,10 +192,25 @@ class FederationService:
             self._secret = bytes.fromhex(str(stored))
         return self._secret
 
-    def _check_identities(self, session: Session, announcements: list[KeyAnnouncementModel]) -> dict[str, str]:
-        """Pinned identities from the settings, else trust on first use (kept; a later change is refused)."""
+    def _check_identities(self, session: Session, announcements: list[KeyAnnouncementModel],
+                          fixed: list[str] | None) -> dict[str, str]:
+        """Pinned identities (PARTY_PEER_IDENTITIES): no other id is accepted. None pinned: trust on first
+        use (kept; a later change is refused), in dev mode only. A run's peer set is fixed at its first key
+        agreement: a repeated one (a coordinator retrying without a failed party) may only leave parties out."""
         pinned = dict(self.peer_identities)
-        for a in announcements:
+        ids = [a.party_id for a in announcements if a.party_id != self.party_id]
+        unpinned = [p for p in ids if p not in pinned]
+        if pinned and unpinned:
+            raise ProtocolError(f"pinned identities: {unpinned} not pinned (PARTY_PEER_IDENTITIES pins "
+                                f"{sorted(pinned)}), no other id is accepted", extra={"field": "announcements"})
+        if fixed is not None and not set(ids) <= set(fixed):
+            raise ProtocolError(f"the peer set was fixed at configuration: {sorted(set(ids) - set(fixed))} "
+                                f"not in {sorted(fixed)}", extra={"field": "announcements"})
+        if unpinned and not self.dev_mode:
+            raise ProtocolError(f"the identities of {unpinned} are not pinned: outside dev mode every peer's identity "
+                                "key must be pinned in PARTY_PEER_IDENTITIES (trust on first use is dev mode only)",
+                                extra={"field": "announcements"})
+        for a in announcements:  # dev mode: trust on first use
             if a.party_id == self.party_id or a.party_id in pinned:
                 continue
             key = f"peer_identity:{a.party_id}"
@@ -205,10 +230,12 @@ class FederationService:
             ids = [a.party_id for a in request.announcements]
             if self.party_id not in ids or len(set(ids)) != len(ids):
                 raise ProtocolError("the announcements must name this party once and every peer once")
-            pinned = self._check_identities(session, request.announcements)
-            run.secagg.accept(announcements_from([a.model_dump() for a in request.announcements]), pinned=pinned)
             value = store.get_state(session=session, key=f"run:{run_id}") or {}
+            fixed = value.get("peer_set")
+            pinned = self._check_identities(session, request.announcements, fixed)
+            run.secagg.accept(announcements_from([a.model_dump() for a in request.announcements]), pinned=pinned)
             value["peers"] = [a.model_dump() for a in request.announcements]
+            value["peer_set"] = sorted(ids) if fixed is None else fixed
             store.put_state(session=session, key=f"run:{run_id}", value=value)
             return PeersResponse(party_id=self.party_id, sealed=run.secagg.seal_contribution(run.seed))
 
@@ -231,6 +258,12 @@ class FederationService:
             found = store.get_artifact(session=session, name=f"alignment:{request.run_id}")
             if found is None:
                 raise ProtocolError(f"run {request.run_id} has no user alignment at this party (run PSI first)")
+            warm = None if request.warm_start is None else request.warm_start.model_dump()
+            before = store.get_state(session=session, key=f"run:{request.run_id}")
+            if before and (before.get("config"), before.get("seed"), before.get("warm_start")) != (
+                    request.config, request.seed, warm):
+                raise ProtocolError(f"run {request.run_id} is already configured (a run is configured once; only the "
+                                    "same configuration is answered again)", extra={"field": "config"})
             users = [str(u) for u in unpack_tree(found[1])["user_ids"].tolist()]
             run = _Run(request.run_id, plan, config, request.seed, users, store.all_item_ids(session=session),
                        warm=request.warm_start)
@@ -238,9 +271,10 @@ class FederationService:
                              n_users=len(users), n_items=len(run.item_order))
             run.secagg = SecAggParty(party_id=self.party_id, secret=self.secret(session), run_id=request.run_id)
             data = self._load_data(session, run, total_items=1)
-            warm = None if request.warm_start is None else request.warm_start.model_dump()
-            store.put_state(session=session, key=f"run:{request.run_id}",
-                            value={"config": request.config, "seed": request.seed, "start": None, "warm_start": warm})
+            if not before:  # a repeated configure changes nothing: the peer set, the start and the masks stay
+                store.put_state(session=session, key=f"run:{request.run_id}",
+                                value={"config": request.config, "seed": request.seed, "start": None,
+                                       "warm_start": warm})
             self._runs[request.run_id] = run
             a = run.secagg.announce()
             count, total = plan.announce(data)
@@ -287,13 +321,17 @@ class FederationService:
             run = self._runs.get(run_id)
             if run is None:
                 raise ProtocolError(f"run {run_id} is not configured at this party")
-            if request.item_counts.get(self.party_id) != len(run.item_order):
-                raise ProtocolError("item_counts does not match this party's catalogue size")
             value = store.get_state(session=session, key=f"run:{run_id}") or {}
             # a federation of one (this party alone) has no peer to agree keys with and nothing to mask
             alone = set(request.item_counts) == {self.party_id}
             if not alone and (not value.get("peers") or run.secagg is None or not run.secagg.pair_keys):
                 raise ProtocolError(f"run {run_id}: no key agreement yet (peers step)")
+            peers = sorted(a["party_id"] for a in value.get("peers") or [])
+            if not alone and sorted(request.item_counts) != peers:  # the participant universe: the authenticated peers
+                raise ProtocolError(f"item_counts must name exactly the run's authenticated peers {peers} (the peer "
+                                    "set fixed at configuration)", extra={"field": "item_counts"})
+            if request.item_counts.get(self.party_id) != len(run.item_order):
+                raise ProtocolError("item_counts does not match this party's catalogue size")
             value["start"] = request.model_dump()
             self._build(session, run, request)
             store.put_state(session=session, key=f"run:{run_id}", value=value)
@@ -306,8 +344,19 @@ class FederationService:
             seeds = Seeds(run.secagg.agreed_seed(run.seed, request.sealed), run.secagg.derived_seed("local", run.seed))
         except CryptoError as exc:
             raise ProtocolError(f"seed agreement failed: {exc.detail}") from exc
+        value = store.get_state(session=session, key=f"run:{run.run_id}") or {}
+        peers = sorted(a["party_id"] for a in value.get("peers") or [])
+
+        def version(step: Step) -> int:
+            return run.done + 2  # the trainer snapshot the round's values come from (rewound at begin)
+
         aggregation = party_aggregation(secure=secure_run(run.plan.secure_by_default(run.config), request.item_counts),
-                                        secagg=run.secagg, parties=sorted(request.item_counts))
+                                        secagg=run.secagg,
+                                        parties=peers, configured=value.get("peer_set") or peers, version=version)
+        if isinstance(aggregation, MaskedUpload):
+            run.masked_saved = store.get_state(session=session, key=f"masked:{run.run_id}")
+            aggregation.load(run.masked_saved or {})
+        run.aggregation = aggregation
         _close_side(run)
         # ---- distributed training (services.verfedgnn.distributed): a plan that offers it, W > 1
         private = len(getattr(data, "private_user_ids", []))
@@ -400,12 +449,16 @@ class FederationService:
         """
         with self._lock, self.sessions() as session:
             run = self._run(session, run_id)
-            if step.key in run.cache and (step.name != "begin" or run.current == (step.round_index, step.attempt)):
+            # consistency and recovery answers are not cached: a repeat of the same request gets the same answer
+            # from the strategy, and another survivor set gets its refusal, not the first set's answer
+            reveal = step.name.startswith((RECOVERY, CONSISTENCY))
+            if not reveal and step.key in run.cache and (step.name != "begin"
+                                                         or run.current == (step.round_index, step.attempt)):
                 return run.cache[step.key]
             if step.name == "begin":
                 self._begin_check(run, step)
-            elif step.name.startswith(RECOVERY) and run.last != (step.round_index, step.attempt,
-                                                                 step.name.removeprefix(RECOVERY), step.layer):
+            elif reveal and run.last != (
+                    step.round_index, step.attempt, step.name.split(":", 1)[1], step.layer):
                 # a recovery only while its step is the latest one: once the round moved on, the sum was formed
                 raise ProtocolError(f"{step.name} is only answered right after that step, before any other",
                                     extra={"field": "step"})
@@ -421,17 +474,26 @@ class FederationService:
                 raise ValidationFailed(f"the {step.name} message must be a tree of named values",
                                        extra={"field": "body"})
             if step.name == "begin":
+                if isinstance(run.aggregation, MaskedUpload) and "participants" in message:  # before the trainer moves
+                    retry = run.done >= step.round_index  # then the state goes back to the snapshot before the round
+                    run.aggregation.check_begin(participants_of(message),
+                                                version=step.round_index + 1 if retry else run.done + 2)
                 self._rewind(session, run, step)
             assert run.side is not None
             answer = run.side.handler.handle(step, message)
+            if isinstance(run.aggregation, MaskedUpload):
+                record = run.aggregation.export()
+                if record != run.masked_saved:  # which set each value was masked for outlives a restart
+                    store.put_state(session=session, key=f"masked:{run.run_id}", value=record)
+                    run.masked_saved = record
             if step.name == "finish":
                 self._snapshot(session, run, round_index=step.round_index)
             out = pack_tree(answer)
             if step.name == "begin":
                 run.current, run.cache = (step.round_index, step.attempt), {}
-            if not step.name.startswith(RECOVERY):
+            if not reveal:
                 run.last = step.key
-            run.cache[step.key] = out
+                run.cache[step.key] = out
             return out
 
     @staticmethod

@@ -119,6 +119,8 @@ class VerFedGNNParty:
             return {}
         if step.name == "finish":
             return self.aggregation.wrap(step, message, self._finish())
+        if step.name.startswith("consistency:"):
+            return self.aggregation.consistency(step, message)
         if step.name.startswith("recovery:"):
             return self.aggregation.recover(step, message)
         raise ProtocolError(f"unknown step {step.name!r}", extra={"field": "step"})

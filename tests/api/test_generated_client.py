@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from cli.main import app as cli_app
 from party_api.main import create_app
 from services.config import DEV_ADMIN_TOKEN, PartySettings
+from services.crypto.secagg import SecAggParty
 from services.data.synthetic import generate
 from services.db.session import migrate
 from tests.support.layout import DATA, ROOT
@@ -176,6 +177,9 @@ def test_generated_client_streams_ml100k_u1_and_a_run_trains_on_it(
 
     lines = (DATA / "ml-100k" / "u1.base").read_text().split("\n")
     rows = [line.split("\t") for line in lines if line.strip()]
+    # outside dev mode each party pins its peer's identity key (trust on first use is dev mode only)
+    secrets = {f"ml{k}": os.urandom(32) for k in range(2)}
+    identities = {p: SecAggParty(party_id=p, secret=sec, run_id="any").identity for p, sec in secrets.items()}
     with ExitStack() as stack:
         parties = {}
         for k in range(2):
@@ -186,7 +190,9 @@ def test_generated_client_streams_ml100k_u1_and_a_run_trains_on_it(
             mine = [r for r in rows if int(r[1]) % 2 == k]  # a vertical split: each party its own items
             csv_file.write_text("user_id,item_id,rating,timestamp\n" + "".join(",".join(r) + "\n" for r in mine))
             settings = PartySettings(party_id=pid, database_url=url, data_dir=tmp_path / pid, admin_token=ADMIN,
-                                     coordinator_token=COORD_TOKEN, api_keys=[f"key-{pid}-{'x' * 32}"])
+                                     coordinator_token=COORD_TOKEN, api_keys=[f"key-{pid}-{'x' * 32}"],
+                                     secret=secrets[pid].hex(),
+                                     peer_identities={p: key for p, key in identities.items() if p != pid})
             server = stack.enter_context(live_server(create_app(settings)))
             admin = stack.enter_context(AuthenticatedClient(base_url=server.url, token=ADMIN, timeout=300))
             with csv_file.open("rb") as stream:  # httpx sends the open file in chunks

@@ -3,7 +3,8 @@
 The second probe's sequence: after party0's masked upload, ask party1 to "recover" party0, and ask
 for a re-mask of the same value under another attempt with another participant set. The party side
 here is the code the HTTP parties run (`VerFedGNNParty` behind `MaskedUpload`); the coordinator is
-played by hand, step by step, and deviates.
+played by hand, step by step, and deviates. Shares leave a party only after the consistency round
+(every survivor signs the survivor set; t signatures over the set the party signed itself).
 """
 
 from __future__ import annotations
@@ -13,9 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from services.crypto.double_mask import combine_shares
 from services.crypto.secagg import SecAggParty, decode_fixed, prg, step_context
-from services.errors import CryptoError, ProtocolError
+from services.errors import ProtocolError
 from services.federation.aggregation import MaskedSum, MaskedUpload
 from services.federation.links import Message, Step
 from services.protocol import PROTOCOL_VERSION
@@ -58,6 +58,12 @@ def _begin(fed: InProcessFederation, attempt: int, names: list[str]) -> dict[str
     return answers
 
 
+def _sign(fed: InProcessFederation, names: list[str], survivors: list[str], step: Step) -> dict[str, str]:
+    """The consistency round of `step`, played honestly at `names` for one survivor set."""
+    check = Step("consistency:" + step.name, step.round_index, step.attempt, step.layer)
+    return {p: fed.links[p].call(check, {"survivors": survivors})["signature"] for p in names}
+
+
 def _inbox(answers: dict[str, Message], recipient: str) -> dict[str, str]:
     return {sender: a["secagg"]["sealed"][recipient] for sender, a in answers.items() if sender != recipient}
 
@@ -72,10 +78,18 @@ def test_recovery_of_a_party_that_did_not_drop_reveals_nothing_of_it() -> None:
     # the probe's request: party1 asked to "recover" party0 right after party0's upload; party1 masked nothing yet
     with pytest.raises(ProtocolError, match="not masked here"):
         fed.links["p1"].call(reveal, {"survivors": ["p1", "p2"], "dropped": ["p0"]})
+    with pytest.raises(ProtocolError, match="not masked here"):
+        _sign(fed, ["p1"], ["p1", "p2"], step)
     for p in ("p1", "p2"):
         masked[p] = np.asarray(fed.links[p].call(step, {"participants": NAMES, "sealed_in": _inbox(opened, p)})["masked"])
-    # the coordinator lies to the others that p0 dropped: it gets p0's step key (t = 2 of 3 shares) ...
-    lies = {p: fed.links[p].call(reveal, {"survivors": ["p1", "p2"], "dropped": ["p0"]}) for p in ("p1", "p2")}
+    # without the consistency round (no signatures, or fewer than t), nothing is revealed
+    with pytest.raises(ProtocolError, match="consistency round"):
+        fed.links["p1"].call(reveal, {"survivors": ["p1", "p2"], "dropped": ["p0"]})
+    # the coordinator lies to the others that p0 dropped: both sign {p1, p2} (a set of t parties), and it
+    # gets p0's step key (t = 2 of 3 shares) ...
+    sigs = _sign(fed, ["p1", "p2"], ["p1", "p2"], step)
+    lies = {p: fed.links[p].call(reveal, {"survivors": ["p1", "p2"], "dropped": ["p0"], "signatures": sigs})
+            for p in ("p1", "p2")}
     from services.crypto.double_mask import combine_private, public_key, step_pair_key
 
     private = combine_private([a["key"]["p0"] for a in lies.values()], threshold=2)
@@ -90,13 +104,18 @@ def test_recovery_of_a_party_that_did_not_drop_reveals_nothing_of_it() -> None:
     guess = decode_fixed(masked["p0"] - pairwise)
     y0 = _true_projection("p0")
     assert np.max(np.abs(guess - y0)) > 1e3
-    # the self-mask seed of p0 needs 2 shares: p1 and p2 already answered another partition and refuse
+    # the self-mask seed of p0 needs 2 shares: p1 and p2 already answered another partition and refuse,
+    # and they sign no other survivor set for the step
     for p in ("p1", "p2"):
         with pytest.raises(ProtocolError, match="already unmasked"):
-            fed.links[p].call(reveal, {"survivors": NAMES, "dropped": []})
-    own = fed.links["p0"].call(reveal, {"survivors": NAMES, "dropped": []})  # p0's own share: one of the 2 needed
-    with pytest.raises(CryptoError, match="2 needed"):
-        combine_shares([tuple(own["seed"]["p0"])], threshold=2)
+            fed.links[p].call(reveal, {"survivors": NAMES, "dropped": [], "signatures": sigs})
+        with pytest.raises(ProtocolError, match="already signed"):
+            _sign(fed, [p], NAMES, step)
+    # p0 signs the whole set, but its own signature (and the others' over another set) is one of the 2 needed
+    own = _sign(fed, ["p0"], NAMES, step)
+    with pytest.raises(ProtocolError, match="1 valid signatures"):
+        fed.links["p0"].call(reveal, {"survivors": NAMES, "dropped": [], "signatures": {**sigs, **own}})
+    assert all("p0" not in a["seed"] for a in lies.values())  # not one share of p0's self-mask seed left
 
 
 def test_a_value_is_never_masked_again_for_another_participant_set() -> None:
@@ -105,11 +124,12 @@ def test_a_value_is_never_masked_again_for_another_participant_set() -> None:
     step = Step("projection", 0, 0, 0)
     fed.links["p0"].call(step, {"participants": NAMES, "sealed_in": _inbox(opened, "p0")})
     # a new attempt of the same round, without p2: the same Y_p0 masked for {p0, p1} would differ from the
-    # first sum by p2's value; the party refuses
-    again = _begin(fed, 1, ["p0", "p1"])
+    # first sum by p2's value; the party refuses the begin (one mask per value) ...
+    with pytest.raises(ProtocolError, match="one mask per value.*already masked"):
+        _begin(fed, 1, ["p0", "p1"])
+    # ... and a masked step of another set within the value's own attempt
     with pytest.raises(ProtocolError, match="already masked"):
-        fed.links["p0"].call(Step("projection", 0, 1, 0), {"participants": ["p0", "p1"],
-                                                           "sealed_in": _inbox(again, "p0")})
+        fed.links["p0"].call(step, {"participants": ["p0", "p1"], "sealed_in": _inbox(opened, "p0")})
 
 
 def test_key_shares_from_outside_the_attempt_are_refused() -> None:
@@ -150,18 +170,22 @@ def test_the_probes_request_sequence_over_http_reveals_nothing(tmp_path: Path) -
         recover = fed.http.post(f"{base['p1']}/recovery:projection?attempt=0&layer=0", headers=headers,
                                 content=pack_tree({"survivors": ["p1"], "dropped": ["p0"]}))
         assert recover.status_code == 409 and recover.json()["code"] == "protocol_error", recover.text
-        # party0 itself, told that p1 dropped, gives its one share of p1's step key: below the threshold (2 of 2)
+        # party0 itself, told that p1 dropped: a survivor set below the threshold (2 of 2) is neither signed
+        # nor answered, so not even its one share of p1's step key leaves
+        sign = fed.http.post(f"{base['p0']}/consistency:projection?attempt=0&layer=0", headers=headers,
+                             content=pack_tree({"survivors": ["p0"]}))
+        assert sign.status_code == 409 and "consistency round" in sign.json()["detail"], sign.text
         own = fed.http.post(f"{base['p0']}/recovery:projection?attempt=0&layer=0", headers=headers,
-                            content=pack_tree({"survivors": ["p0"], "dropped": ["p1"]}))
-        assert own.status_code == 200, own.text
-        with pytest.raises(CryptoError, match="2 needed"):
-            combine_shares([tuple(unpack_tree(own.content)["key"]["p1"][0])], threshold=2)
-        # asked again with the other partition (p0 and p1 survivors): refused, once per step
+                            content=pack_tree({"survivors": ["p0"], "dropped": ["p1"], "signatures": {}}))
+        assert own.status_code == 409 and "consistency round" in own.json()["detail"], own.text
+        # the other partition (p0 and p1 survivors) with p0's signature alone: 1 of the 2 needed
+        sign = fed.http.post(f"{base['p0']}/consistency:projection?attempt=0&layer=0", headers=headers,
+                             content=pack_tree({"survivors": ["p0", "p1"]}))
+        assert sign.status_code == 200, sign.text
         again = fed.http.post(f"{base['p0']}/recovery:projection?attempt=0&layer=0", headers=headers,
-                              content=pack_tree({"survivors": ["p0", "p1"], "dropped": []}))
-        assert again.status_code in (200, 409)
-        if again.status_code == 200:  # the cached answer of the first request: nothing new
-            assert again.content == own.content
+                              content=pack_tree({"survivors": ["p0", "p1"], "dropped": [],
+                                                 "signatures": {"p0": unpack_tree(sign.content)["signature"]}}))
+        assert again.status_code == 409 and "1 valid signatures" in again.json()["detail"], again.text
 
 
 def _public_shapes(fed: Federation, run_id: str) -> dict[str, np.ndarray]:

@@ -59,8 +59,10 @@ def test_wire_audit_no_unmasked_per_party_value_reaches_the_coordinator() -> Non
     masked.links = {p: RecordingLink(link, log) for p, link in masked.links.items()}
     masked.run_round(0)
     seen = [np.asarray(r.payload["masked"]) for r in log.records if r.step.name in ("projection", "finish")]
-    # up: masked vectors, the begin's public step keys and sealed shares, the survivors' seed shares
-    assert all(set(r.payload) <= {"masked", "secagg", "seed", "key"} for r in log.records)
+    # up: masked vectors, the begin's public step keys and sealed shares, the consistency round's
+    # signatures over the survivor set (and nothing else at that step), the survivors' seed shares
+    assert all(set(r.payload) <= {"masked", "secagg", "seed", "key", "signature"} for r in log.records)
+    assert all(set(r.payload) == {"signature"} for r in log.records if r.step.name.startswith("consistency:"))
     assert all(not r.payload.get("key") for r in log.records if r.step.name.startswith("recovery:"))
     for p, trainer in plain.parties.items():  # what each party would have sent in the clear
         trainer.begin_round(round_index=0, public=plain.coordinator.public_params())
