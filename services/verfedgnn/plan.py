@@ -15,6 +15,7 @@ from services.federation.aggregation import Aggregation, PartyAggregation
 from services.federation.links import Handler, Link
 from services.crypto.interaction_dp import RunGuarantee
 from services.federation.plan import RatingTable, RoundOutcome, Seeds, StoppingRule
+from services.federation.validation import carve_validation
 from services.verfedgnn.config import RUN_DEFAULTS, TrainConfig, VerFedGNNRunConfig, model_config, run_config
 from services.verfedgnn.coordinator import CoordinatorTrainer
 from services.verfedgnn.distributed import Cluster, DistributedPartyTrainer
