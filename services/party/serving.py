@@ -343,7 +343,7 @@ def _ratings(snap: Snapshot, pairs: list[tuple[str, str]], items: np.ndarray, ro
     ratings = np.empty(len(pairs), np.float64)
     ratings[warm] = snap.model.scores(model_rows[warm], items[warm])
     ratings[~warm] = snap.model.cold_scores(items[~warm])
-    fallback = np.where(warm, None, "popularity")
+    fallback: list[str | None] = [None if w else "popularity" for w in warm.tolist()]
     local = snap.model.local_ranking
     if snap.model.feedback == "implicit" and local is not None:
         # an implicit party answers the score its top-K ranks by: the served blend's log-odds
@@ -354,9 +354,10 @@ def _ratings(snap: Snapshot, pairs: list[tuple[str, str]], items: np.ndarray, ro
             fed = snap.model.user_scores(model_row) if model_row >= 0 else None
             aligned = model_row >= 0 and snap.model.is_aligned(model_row)
             ratings[sel] = local.served_user(fed, rated, aligned, mask=False)[items[sel]]
-            fallback[sel] = None if model_row >= 0 else "local"
+            for j in np.flatnonzero(sel).tolist():
+                fallback[j] = None if model_row >= 0 else "local"
     return [{"user_id": u, "item_id": i, "rating": r, "fallback": f}
-            for (u, i), r, f in zip(pairs, ratings.tolist(), fallback.tolist())]
+            for (u, i), r, f in zip(pairs, ratings.tolist(), fallback)]
 
 
 def _indexes(snap: Snapshot, pairs: list[tuple[str, str]]) -> tuple[np.ndarray, np.ndarray]:
