@@ -76,7 +76,9 @@ def uvicorn_options(*, log_format: str, cert: Path | None, key: Path | None, gua
     options: dict[str, Any] = {"proxy_headers": bool(guard.trusted_proxies),
                                "forwarded_allow_ips": ",".join(guard.trusted_proxies) or None,
                                "http": deadline_protocol(header_timeout_s=guard.header_timeout_s,
-                                                         max_header_bytes=guard.max_header_bytes),
+                                                         max_header_bytes=guard.max_header_bytes,
+                                                         max_per_address=guard.max_connections_per_address,
+                                                         exempt=guard.trusted_proxies),
                                "limit_concurrency": guard.max_connections}
     if log_format == "json":
         configure_json_logging()
