@@ -182,9 +182,15 @@ class RequestGuard:
 
     async def _guarded(self, app: ASGIApp, policy: _Policy, scope: Scope, receive: Receive, send: Send) -> None:
         refusal = self._authenticate(policy, scope) if policy.checks else None
-        refusal = refusal or _declared_too_large(scope, policy.limit)
+        declared, chunked = _framing(scope)
+        refusal = refusal or _declared_too_large(declared, policy.limit)
         if refusal is not None:
             await _respond(send, refusal)
+            return
+        if declared in (None, b"0") and not chunked:
+            # HTTP/1.1 framing: no Content-Length and no Transfer-Encoding means no body, so nothing to
+            # count or time (receive() then waits for the disconnect only).
+            await app(scope, receive, send)
             return
         await self._forward(app, scope, receive, send, policy.limit)
 
@@ -259,8 +265,18 @@ def _literal_prefix(route: Any) -> str:
     return path.split("{", 1)[0] if isinstance(path, str) else ""
 
 
-def _declared_too_large(scope: Scope, limit: int) -> ApiError | None:
-    declared = next((v for k, v in scope["headers"] if k == b"content-length"), None)
+def _framing(scope: Scope) -> tuple[bytes | None, bool]:
+    """The request's Content-Length (as sent; None without one) and whether it has a Transfer-Encoding."""
+    declared, chunked = None, False
+    for key, value in scope["headers"]:
+        if key == b"content-length":
+            declared = value
+        elif key == b"transfer-encoding":
+            chunked = True
+    return declared, chunked
+
+
+def _declared_too_large(declared: bytes | None, limit: int) -> ApiError | None:
     if declared is None:
         return None
     if not declared.isdigit():
