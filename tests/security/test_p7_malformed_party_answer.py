@@ -59,7 +59,7 @@ def _party(kind: str | None) -> FastAPI:
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Proc, dict[str, LiveServer]]]:
     servers = {"good": LiveServer(_party(None)).start(), **{k: LiveServer(_party(k)).start() for k in BROKEN}}
-    coord = coordinator_proc(tmp_path_factory.mktemp("p7")).start()
+    coord = coordinator_proc(tmp_path_factory.mktemp("p7"), extra_env={"COORD_FANOUT_TIMEOUT_S": "30"}).start()
     try:
         admin = {"Authorization": f"Bearer {ADMIN}"}
         for pid, live in servers.items():

@@ -43,7 +43,7 @@ def _party(knows: bool) -> FastAPI:
 @pytest.fixture(scope="module")
 def coordinator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
     servers = {"knows": LiveServer(_party(True)).start(), "stranger": LiveServer(_party(False)).start()}
-    coord = coordinator_proc(tmp_path_factory.mktemp("p9")).start()
+    coord = coordinator_proc(tmp_path_factory.mktemp("p9"), extra_env={"COORD_FANOUT_TIMEOUT_S": "30"}).start()
     try:
         for pid, live in servers.items():
             httpx.post(f"{coord.url}/v1/parties", headers={"Authorization": f"Bearer {ADMIN}"},
