@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def party(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
-    proc = party_proc("p5", tmp_path_factory.mktemp("p5"), workers=2).start(timeout=180)
+    proc = party_proc("p5", tmp_path_factory.mktemp("p5"), workers=2).start(timeout=600)  # workers import slowly on a busy machine
     try:
         yield proc
     finally:
