@@ -68,7 +68,8 @@ class DeadlineHttpToolsProtocol(HttpToolsProtocol):
         self.header_timeout_s, self.max_header_bytes = header_timeout_s, max_header_bytes
         self._deadline: asyncio.TimerHandle | None = None
         self._header_bytes: int | None = None  # bytes of the request whose headers are incomplete
-        self._slots, self._address = slots, None  # the address whose slot this connection holds
+        self._slots = slots
+        self._address: str | None = None  # the address whose slot this connection holds
 
     def _arm(self) -> None:
         if self._deadline is None:
