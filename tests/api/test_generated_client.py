@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import secrets
 import subprocess
 import sys
 from collections import Counter
@@ -185,8 +186,9 @@ def test_generated_client_streams_ml100k_u1_and_a_run_trains_on_it(
             csv_file = tmp_path / f"{pid}.csv"
             mine = [r for r in rows if int(r[1]) % 2 == k]  # a vertical split: each party its own items
             csv_file.write_text("user_id,item_id,rating,timestamp\n" + "".join(",".join(r) + "\n" for r in mine))
+            key = f"key-{pid}-{secrets.token_urlsafe(32)}"  # random: low-entropy keys are refused (P11)
             settings = PartySettings(party_id=pid, database_url=url, data_dir=tmp_path / pid, admin_token=ADMIN,
-                                     coordinator_token=COORD_TOKEN, api_keys=[f"key-{pid}-{'x' * 32}"])
+                                     coordinator_token=COORD_TOKEN, api_keys=[key])
             server = stack.enter_context(live_server(create_app(settings)))
             admin = stack.enter_context(AuthenticatedClient(base_url=server.url, token=ADMIN, timeout=300))
             with csv_file.open("rb") as stream:  # httpx sends the open file in chunks
