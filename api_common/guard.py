@@ -1,15 +1,17 @@
 """The request guard of both APIs: credential, throttle and body limit before any body byte is read.
 
-A pure ASGI layer, outermost but for Starlette's error middleware. For each request it finds the
-route the router would pick, runs the header check of the credential that route's dependencies
-require (the same function the dependency runs later), and refuses an oversized Content-Length;
-bodies without a length are counted while the app streams them. Nothing here buffers a body, so
-a 200 MB upload without a credential costs the service a few kilobytes of socket buffer.
+The guard is the app router's dispatcher. It finds the route (once: the router does not search
+again), runs the header check of the credential that route's dependencies require (the same
+function the dependency runs later), and refuses an oversized Content-Length; bodies without a
+length are counted while the app streams them, against the route's limit, the body deadline and a
+minimum rate. Each route's policy is computed once. Nothing here buffers a body, so a 200 MB upload
+without a credential costs the service a few kilobytes of socket buffer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import math
 import time
@@ -17,7 +19,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from fastapi.routing import iter_route_contexts
+from fastapi.routing import APIRoute, iter_route_contexts
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
@@ -43,10 +45,11 @@ class BodyTooLarge(StarletteHTTPException):
 
 
 class BodyTimeout(StarletteHTTPException):
-    """Raised from `receive` when the app waits longer than the body timeout for the next body bytes (408)."""
+    """Raised from `receive` when the app waits longer than the body timeout for the next body bytes, or the
+    body arrives slower than the minimum rate (408)."""
 
-    def __init__(self, seconds: float) -> None:
-        super().__init__(408, f"no request body bytes for {seconds:g} s", headers={"Connection": "close"})
+    def __init__(self, seconds: float, detail: str | None = None) -> None:
+        super().__init__(408, detail or f"no request body bytes for {seconds:g} s", headers={"Connection": "close"})
 
 
 class AuthThrottle:
@@ -94,6 +97,8 @@ def _hashable(value: Any) -> bool:
 class _Policy:
     """What the guard enforces for one route: header checks (all must pass) and a body limit."""
 
+    __slots__ = ("checks", "limit")
+
     def __init__(self, checks: list[HeaderCheck], limit: int) -> None:
         self.checks, self.limit = checks, limit
 
@@ -108,35 +113,50 @@ def _dependency_calls(route: Any) -> list[Any]:
     return found
 
 
+_ROUTE_PARAMETERS = tuple(name for name in inspect.signature(APIRoute.__init__).parameters
+                          if name not in ("self", "path", "endpoint"))
+
+
+def _flat_route(context: Any) -> Any:
+    """A plain APIRoute with everything an included router gives its route (prefix, dependencies, responses,
+    …): matched by one regex, as a route added to the app directly. A route of the app itself is kept."""
+    if not isinstance(context.original_route, APIRoute):
+        return None  # mounts and other routes: served by the app's own router
+    if context.route is context.original_route and getattr(context, "_route_context", None) is None:
+        return context.original_route
+    kwargs = {name: getattr(context, name) for name in _ROUTE_PARAMETERS if hasattr(context, name)}
+    return APIRoute(context.path, context.endpoint, **kwargs)
+
+
 class RequestGuard:
-    """ASGI middleware: `checks` maps a credential dependency to its header check, `limits` body classes to bytes."""
+    """The app router's dispatcher: it finds the route once, checks the credential header and the declared
+    body size against the route's policy (computed once per route), then hands the request to the route
+    with a `receive` that counts the body against the limit, the body deadline and the minimum rate.
 
-    def __init__(self, app: ASGIApp, *, checks: Mapping[Any, HeaderCheck], limits: Mapping[str, int],
-                 throttle: AuthThrottle, body_timeout_s: float = 30.0) -> None:
-        self.app, self.checks, self.limits, self.throttle = app, checks, limits, throttle
-        self.body_timeout_s = body_timeout_s
+    Routes of included routers are dispatched as flat APIRoutes built once from FastAPI's own view of them
+    (`iter_route_contexts`). Anything no flat route matches fully (lifespan, 404, 405, redirects, mounts)
+    goes to the app's own router, with the body counted against the no-body limit.
+    """
+
+    def __init__(self, router: Any, *, checks: Mapping[Any, HeaderCheck], limits: Mapping[str, int],
+                 throttle: AuthThrottle, body_timeout_s: float = 30.0, min_body_rate: float = 0.0) -> None:
+        self.router, self.checks, self.limits, self.throttle = router, checks, limits, throttle
+        self.body_timeout_s, self.min_body_rate = body_timeout_s, min_body_rate
+        self.fallback = router.middleware_stack  # the router's own dispatch
         self._table: list[tuple[str, Any, _Policy]] | None = None
+        self._built_for = -1
+        self._unmatched = _Policy([], limits[NO_BODY])
 
-    def _routes(self, router: Any) -> list[tuple[str, Any, _Policy]]:
-        """Every route as the router will match it (included routers flattened), with its literal path prefix
-        and policy; built once."""
-        if self._table is None:
-            self._table = [(_literal_prefix(route), route, self._route_policy(route))
-                           for route in iter_route_contexts(router.routes)]
+    def _routes(self) -> list[tuple[str, Any, _Policy]]:
+        """Every route flattened, with its literal path prefix and policy; built once (again if routes are added)."""
+        if self._table is None or self._built_for != len(self.router.routes):
+            table = []
+            for context in iter_route_contexts(self.router.routes):
+                route = _flat_route(context)
+                if route is not None:
+                    table.append((_literal_prefix(route), route, self._route_policy(route)))
+            self._table, self._built_for = table, len(self.router.routes)
         return self._table
-
-    def _policy(self, scope: Scope) -> _Policy:
-        # A route whose literal prefix the path lacks cannot match: a string test spares its regex
-        # (the hot serving routes sit behind some fifty others).
-        path, filtered = scope["path"], not scope.get("root_path")
-        for prefix, route, policy in self._routes(scope["app"].router):
-            if filtered and not path.startswith(prefix):
-                continue
-            match, _ = route.matches(scope)
-            if match == Match.FULL:
-                scope["route"] = route  # the metrics label a refusal by its route, as the router would
-                return policy
-        return _Policy([], self.limits[NO_BODY])  # 404/405: nothing to check, nothing is read
 
     def _route_policy(self, route: Any) -> _Policy:
         checks = [self.checks[c] for c in _dependency_calls(route) if _hashable(c) and c in self.checks]
@@ -146,22 +166,40 @@ class RequestGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
+            await self.fallback(scope, receive, send)
             return
-        policy = self._policy(scope)
-        headers = Headers(scope=scope)
-        refusal = self._authenticate(policy, headers, scope) or _declared_too_large(headers, policy.limit)
+        # A route whose literal prefix the path lacks cannot match: a string test spares its regex.
+        path, filtered = scope["path"], not scope.get("root_path")
+        for prefix, route, policy in self._routes():
+            if filtered and not path.startswith(prefix):
+                continue
+            match, child_scope = route.matches(scope)
+            if match is Match.FULL:
+                scope.update(child_scope)  # "route" included: metrics label a refusal by its route
+                scope.setdefault("router", self.router)
+                await self._guarded(route.handle, policy, scope, receive, send)
+                return
+        await self._guarded(self.fallback, self._unmatched, scope, receive, send)
+
+    async def _guarded(self, app: ASGIApp, policy: _Policy, scope: Scope, receive: Receive, send: Send) -> None:
+        refusal = self._authenticate(policy, scope) if policy.checks else None
+        declared, chunked = _framing(scope)
+        refusal = refusal or _declared_too_large(declared, policy.limit)
         if refusal is not None:
             await _respond(send, refusal)
             return
-        await self._forward(scope, receive, send, policy.limit)
+        if declared in (None, b"0") and not chunked:
+            # HTTP/1.1 framing: no Content-Length and no Transfer-Encoding means no body, so nothing to
+            # count or time (receive() then waits for the disconnect only).
+            await app(scope, receive, send)
+            return
+        await self._forward(app, scope, receive, send, policy.limit)
 
-    def _authenticate(self, policy: _Policy, headers: Headers, scope: Scope) -> ApiError | None:
+    def _authenticate(self, policy: _Policy, scope: Scope) -> ApiError | None:
         # The credential is checked first: a valid one always passes, so wrong tokens sent from a shared
         # address (a NAT, a proxy, another tenant) cannot lock out its legitimate callers. Only failures
         # count and only failures wait; what stops guessing is the secrets' length (>= 32 characters).
-        if not policy.checks:
-            return None
+        headers = Headers(scope=scope)
         try:
             for check in policy.checks:
                 check(headers)
@@ -177,20 +215,30 @@ class RequestGuard:
             return refusal
         return None
 
-    async def _forward(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+    async def _forward(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
         seen = 0
+        waited = 0.0
         started = body_done = False
+        timeout_s, rate = self.body_timeout_s, self.min_body_rate
 
         async def counted() -> Message:
-            nonlocal seen, body_done
+            nonlocal seen, waited, body_done
             if body_done:  # after the body, receive() waits for a disconnect: no deadline
                 return await receive()
             # Time counts only while the app waits for body bytes (a slow handler is not the client's fault);
-            # a client that stops sending mid-body is answered 408 and disconnected.
+            # a client that stops sending mid-body, or sends slower than the minimum rate once the grace of
+            # one body timeout is spent, is answered 408 and disconnected.
+            budget = timeout_s if not rate else min(timeout_s, timeout_s + seen / rate - waited)
+            if budget <= 0:
+                raise BodyTimeout(timeout_s, f"request body slower than {rate:g} bytes/s")
+            began = time.monotonic()
             try:
-                message = await asyncio.wait_for(receive(), self.body_timeout_s)
+                message = await asyncio.wait_for(receive(), budget)
             except asyncio.TimeoutError:
-                raise BodyTimeout(self.body_timeout_s) from None
+                if budget < timeout_s:
+                    raise BodyTimeout(timeout_s, f"request body slower than {rate:g} bytes/s") from None
+                raise BodyTimeout(timeout_s) from None
+            waited += time.monotonic() - began
             body_done = message["type"] != "http.request" or not message.get("more_body", False)
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
@@ -204,7 +252,7 @@ class RequestGuard:
             await send(message)
 
         try:
-            await self.app(scope, counted, tracked)
+            await app(scope, counted, tracked)
         except (BodyTooLarge, BodyTimeout) as exc:  # raised where no handler answered it (e.g. a bare ASGI route)
             if started:
                 raise
@@ -218,8 +266,18 @@ def _literal_prefix(route: Any) -> str:
     return path.split("{", 1)[0] if isinstance(path, str) else ""
 
 
-def _declared_too_large(headers: Headers, limit: int) -> ApiError | None:
-    declared = headers.get("content-length")
+def _framing(scope: Scope) -> tuple[bytes | None, bool]:
+    """The request's Content-Length (as sent; None without one) and whether it has a Transfer-Encoding."""
+    declared, chunked = None, False
+    for key, value in scope["headers"]:
+        if key == b"content-length":
+            declared = value
+        elif key == b"transfer-encoding":
+            chunked = True
+    return declared, chunked
+
+
+def _declared_too_large(declared: bytes | None, limit: int) -> ApiError | None:
     if declared is None:
         return None
     if not declared.isdigit():
@@ -252,5 +310,8 @@ def install_guard(app: Any, *, settings: Any, checks: Mapping[Any, HeaderCheck],
               for name in (NO_BODY, "small", "predictions", "json", "bulk", "federation")}
     limit = per_process_limit(settings.auth_failure_limit, workers=getattr(settings, "workers", 1))
     throttle = AuthThrottle(limit=limit, window_s=settings.auth_failure_window_s)
-    app.add_middleware(RequestGuard, checks=checks, limits={**limits, **(extra_limits or {})}, throttle=throttle,
-                       body_timeout_s=settings.body_timeout_s)
+    # The guard is the router's dispatcher (inside the app's exception handling): one route resolution per
+    # request, the guard's policy looked up with it.
+    app.router.middleware_stack = RequestGuard(
+        app.router, checks=checks, limits={**limits, **(extra_limits or {})}, throttle=throttle,
+        body_timeout_s=settings.body_timeout_s, min_body_rate=float(settings.min_body_rate_bytes_s))

@@ -11,20 +11,35 @@ SECURITY_HEADERS = ((b"x-frame-options", b"DENY"), (b"x-content-type-options", b
 FRAME_ANCESTORS = b"frame-ancestors 'none'"
 
 
-def _with_csp(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """Add `frame-ancestors 'none'` to the answer's CSP (a route's own policy kept), or set it alone."""
+_REPLACED = frozenset(k for k, _ in SECURITY_HEADERS)
+_CSP = b"content-security-policy"
+
+
+def with_security_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """An answer's headers with SECURITY_HEADERS (a route's own values replaced) and `frame-ancestors 'none'`
+    in its CSP (a route's own policy kept), or a CSP of that alone."""
     out, seen = [], False
     for key, value in headers:
-        if key.lower() == b"content-security-policy":
+        lower = key.lower()
+        if lower in _REPLACED:
+            continue
+        if lower == _CSP:
             seen = True
             if b"frame-ancestors" not in value:
                 value = value.rstrip(b"; ") + b"; " + FRAME_ANCESTORS
         out.append((key, value))
-    return out if seen else [*out, (b"content-security-policy", FRAME_ANCESTORS)]
+    out += SECURITY_HEADERS
+    if not seen:
+        out.append((_CSP, FRAME_ANCESTORS))
+    return out
 
 
 class SecurityHeaders:
-    """Pure ASGI middleware adding SECURITY_HEADERS and a frame-ancestors CSP to every HTTP answer."""
+    """Pure ASGI middleware adding SECURITY_HEADERS and a frame-ancestors CSP to every HTTP answer.
+
+    The services add the same headers in their observability layer (one response wrapper per request);
+    this middleware is for an app without it.
+    """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -36,8 +51,7 @@ class SecurityHeaders:
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() not in dict(SECURITY_HEADERS)]
-                message["headers"] = _with_csp([*headers, *SECURITY_HEADERS])
+                message["headers"] = with_security_headers(list(message.get("headers", [])))
             await send(message)
 
         await self.app(scope, receive, send_with_headers)

@@ -4,14 +4,18 @@ uvicorn times out idle keep-alive connections only: a connection that sends `GET
 and then one header byte every few seconds (or nothing) stays open for good, without any credential,
 until the server runs out of sockets. Here a request's headers must be complete within
 `header_timeout_s` of its first byte (of the connection, for the first request) and within
-`max_header_bytes`; otherwise the connection is answered 408 or 431 and closed. Body reads are
-bounded by the request guard (api_common.guard), which knows when the app is waiting for a body.
+`max_header_bytes`; otherwise the connection is answered 408 or 431 and closed. One client address
+may hold at most `max_per_address` open connections (trusted proxies exempt): past it a connection
+is answered 503 and closed before anything is read. Body reads are bounded by the request guard
+(api_common.guard), which knows when the app is waiting for a body.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import ipaddress
+from collections.abc import Sequence
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -23,15 +27,49 @@ def _raw_answer(status: int, reason: str, detail: str) -> bytes:
             "connection: close\r\n\r\n").encode() + body
 
 
+class AddressSlots:
+    """Open connections per client address in one process; addresses of trusted proxies are not counted."""
+
+    def __init__(self, *, per_address: int, exempt: Sequence[str] = ()) -> None:
+        self.per_address = per_address
+        self.exempt = [ipaddress.ip_network(e, strict=False) for e in exempt]
+        self.open: dict[str, int] = {}
+
+    def _exempt(self, address: str) -> bool:
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return False
+        return any(ip in net for net in self.exempt)
+
+    def take(self, address: str) -> bool:
+        """Count a new connection of the address; False (not counted) when it already holds its share."""
+        held = self.open.get(address, 0)
+        if held >= self.per_address and not self._exempt(address):
+            return False
+        self.open[address] = held + 1
+        return True
+
+    def give_back(self, address: str) -> None:
+        """The connection closed."""
+        held = self.open.get(address, 0) - 1
+        if held > 0:
+            self.open[address] = held
+        else:
+            self.open.pop(address, None)
+
+
 class DeadlineHttpToolsProtocol(HttpToolsProtocol):
-    """HttpToolsProtocol plus a header deadline and a header size cap, per request."""
+    """HttpToolsProtocol plus a header deadline, a header size cap and a per-address connection cap."""
 
     def __init__(self, *args: Any, header_timeout_s: float = 10.0, max_header_bytes: int = 64 << 10,
-                 **kwargs: Any) -> None:
+                 slots: AddressSlots | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.header_timeout_s, self.max_header_bytes = header_timeout_s, max_header_bytes
         self._deadline: asyncio.TimerHandle | None = None
         self._header_bytes: int | None = None  # bytes of the request whose headers are incomplete
+        self._slots = slots
+        self._address: str | None = None  # the address whose slot this connection holds
 
     def _arm(self) -> None:
         if self._deadline is None:
@@ -55,10 +93,19 @@ class DeadlineHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._header_bytes = 0
+        if self._slots is not None and self.client is not None:
+            if not self._slots.take(self.client[0]):
+                # Refused before a byte is read: the slot limit of uvicorn (max_connections) stays for others.
+                self._refuse(503, "Service Unavailable", "too many connections from this address")
+                return
+            self._address = self.client[0]
         self._arm()  # a connection that sends nothing at all is bounded too
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._slots is not None and self._address is not None:
+            self._slots.give_back(self._address)
+            self._address = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -81,7 +128,10 @@ class DeadlineHttpToolsProtocol(HttpToolsProtocol):
         super().on_headers_complete()
 
 
-def deadline_protocol(*, header_timeout_s: float, max_header_bytes: int) -> Any:
-    """The `http=` option of uvicorn.Config / uvicorn.run (a partial, so it survives worker spawning)."""
+def deadline_protocol(*, header_timeout_s: float, max_header_bytes: int, max_per_address: int | None = None,
+                      exempt: Sequence[str] = ()) -> Any:
+    """The `http=` option of uvicorn.Config / uvicorn.run (a partial, so it survives worker spawning; each
+    worker process counts its own connections)."""
+    slots = None if max_per_address is None else AddressSlots(per_address=max_per_address, exempt=exempt)
     return functools.partial(DeadlineHttpToolsProtocol, header_timeout_s=header_timeout_s,
-                             max_header_bytes=max_header_bytes)
+                             max_header_bytes=max_header_bytes, slots=slots)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import os
 import ssl
 import sys
 import time
@@ -28,6 +29,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api_common.errors import ApiError
+from api_common.headers import with_security_headers
 from api_common.http_protocol import deadline_protocol
 from api_common.logs import RedactUserIds
 from services.config import GuardSettings
@@ -76,7 +78,9 @@ def uvicorn_options(*, log_format: str, cert: Path | None, key: Path | None, gua
     options: dict[str, Any] = {"proxy_headers": bool(guard.trusted_proxies),
                                "forwarded_allow_ips": ",".join(guard.trusted_proxies) or None,
                                "http": deadline_protocol(header_timeout_s=guard.header_timeout_s,
-                                                         max_header_bytes=guard.max_header_bytes),
+                                                         max_header_bytes=guard.max_header_bytes,
+                                                         max_per_address=guard.max_connections_per_address,
+                                                         exempt=guard.trusted_proxies),
                                "limit_concurrency": guard.max_connections}
     if log_format == "json":
         configure_json_logging()
@@ -102,9 +106,11 @@ class Observability:
         self.in_flight = Gauge("fedrec_http_requests_in_flight", "HTTP requests being served",
                                registry=self.registry)
 
-    def install(self, app: FastAPI) -> None:
-        """Add the middleware and the /metrics route to an app."""
-        app.add_middleware(_ObservedRequests, observability=self)
+    def install(self, app: FastAPI, *, security_headers: bool = False) -> None:
+        """Add the middleware and the /metrics route to an app; with `security_headers`, the middleware also
+        adds api_common.headers' security headers to every answer (instead of a middleware of their own)."""
+        app.add_middleware(_ObservedRequests, observability=self,
+                           response_headers=with_security_headers if security_headers else None)
 
         async def metrics() -> Response:
             """Prometheus metrics of this process (Authorization: Bearer <metrics token>)."""
@@ -153,12 +159,65 @@ def _valid_id(value: str | None) -> str | None:
     return None
 
 
-class _ObservedRequests:
-    """Pure ASGI middleware: request id, latency histogram, in-flight gauge, one JSON log line per request."""
+def _fast_json_stream(logger: logging.Logger) -> Any:
+    """The stream a request line can be written to directly, or None when logging must format it.
 
-    def __init__(self, app: ASGIApp, *, observability: Observability) -> None:
+    Direct only in the configuration `configure_json_logging` makes (the root's one StreamHandler with
+    JsonFormatter, no filters on the way): the line is then the one the formatter would write.
+    """
+    if logger.handlers or logger.filters or not logger.propagate or logger.disabled:
+        return None
+    root = logging.getLogger()
+    if root.filters or len(root.handlers) != 1:
+        return None
+    handler = root.handlers[0]
+    if (type(handler) is not logging.StreamHandler or type(handler.formatter) is not JsonFormatter
+            or handler.filters or handler.level > logging.INFO):
+        return None
+    return handler
+
+
+class _ObservedRequests:
+    """Pure ASGI middleware: request id, latency histogram, in-flight gauge, one JSON log line per request,
+    and the response headers every answer carries (`response_headers`: the security headers)."""
+
+    def __init__(self, app: ASGIApp, *, observability: Observability,
+                 response_headers: Callable[[list[tuple[bytes, bytes]]], list[tuple[bytes, bytes]]] | None = None,
+                 ) -> None:
         self.app, self.obs = app, observability
         self._id_header = REQUEST_ID_HEADER.lower().encode()
+        self._response_headers = response_headers
+        self._latency: dict[tuple[str, str, int], Any] = {}  # histogram children, resolved once per label set
+        self._pid = os.getpid()
+        self._second, self._stamp = -1, ""
+
+    def _child(self, path: str, method: str, status: int) -> Any:
+        key = (path, method, status)
+        child = self._latency.get(key)
+        if child is None:
+            child = self._latency[key] = self.obs.latency.labels(path, method, str(status))
+        return child
+
+    def _ts(self, now: float) -> str:
+        """JsonFormatter's timestamp (local time to the second, then milliseconds), the second formatted once."""
+        second = int(now)
+        if second != self._second:
+            self._second, self._stamp = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(second))
+        return f"{self._stamp}.{int((now - second) * 1000):03d}Z"
+
+    def _log(self, fields: dict[str, Any]) -> None:
+        if not log.isEnabledFor(logging.INFO):
+            return
+        handler = _fast_json_stream(log)
+        if handler is None:
+            log.info("request", extra=fields)
+            return
+        body = {"ts": self._ts(time.time()), "level": "info", "logger": log.name, "message": "request",
+                "pid": self._pid, "request_id": fields["request_id"], **fields}
+        line = json.dumps(body, default=str) + handler.terminator
+        with handler.lock:  # type: ignore[union-attr]
+            handler.stream.write(line)
+            handler.flush()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -168,25 +227,28 @@ class _ObservedRequests:
         token = request_id_var.set(request_id)
         status = 500
         started = time.perf_counter()
+        extra = self._response_headers
 
         async def send_with_id(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message["headers"] = [*message.get("headers", []), (self._id_header, request_id.encode())]
+                headers = [*message.get("headers", []), (self._id_header, request_id.encode())]
+                message["headers"] = extra(headers) if extra is not None else headers
             await send(message)
 
-        self.obs.in_flight.inc()
+        in_flight = self.obs.in_flight
+        in_flight.inc()
         try:
             await self.app(scope, receive, send_with_id)
         finally:
             elapsed = time.perf_counter() - started
-            self.obs.in_flight.dec()
+            in_flight.dec()
             route = scope.get("route")
             path = getattr(route, "path", None) or "unmatched"  # the template: bounded label values
-            self.obs.latency.labels(path, scope["method"], str(status)).observe(elapsed)
-            log.info("request", extra={"method": scope["method"], "route": path, "status": status,
-                                       "path": self.obs.redactor.redact(_raw_path(scope)),
-                                       "duration_ms": round(elapsed * 1e3, 3), "request_id": request_id,
-                                       "service": self.obs.service})
+            self._child(path, scope["method"], status).observe(elapsed)
+            self._log({"method": scope["method"], "route": path, "status": status,
+                       "path": self.obs.redactor.redact(_raw_path(scope)),
+                       "duration_ms": round(elapsed * 1e3, 3), "request_id": request_id,
+                       "service": self.obs.service})
             request_id_var.reset(token)

@@ -5,7 +5,10 @@ user) and a published serving model (90% of the users trained, the rest cold), s
 `python -m party_api` on it (default worker count unless --workers), and runs wrk at 50
 connections against `GET /health` (the framework's floor), top-10 recommendations of random
 users, and predictions of 100 random pairs; then top-10 again at 4 connections, where latency is
-service time rather than queueing. wrk is installed by the project's setup (`make wrk`, Debian
+service time rather than queueing. In the same run, just before the party's `/health`, a bare
+FastAPI app (benchmarks.bare_app: one route, uvicorn, one worker) answers `/health` under the same
+load: `bare_health_rps`, the floor the party's guard, metrics and logs are measured against
+(`health_vs_bare`, `recommend_vs_bare`). wrk is installed by the project's setup (`make wrk`, Debian
 package). The last stdout line is one JSON object with the issue's keys.
 """
 
@@ -148,6 +151,25 @@ def start_party(url: str, workers: int | None, log: Path) -> tuple[subprocess.Po
     return proc, base
 
 
+def start_bare(log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """The bare FastAPI app (benchmarks.bare_app): uvicorn, one worker, `GET /health` only."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.bare_app", "--port", str(port)],
+                            stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    wait_healthy(base, timeout=120, proc=proc, log=log, path="/ready")
+    return proc, base
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """Terminate a server process (killed if it does not exit within 30 s)."""
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--items", type=int, default=50_000)
@@ -186,20 +208,26 @@ def main() -> None:
                                               seconds=args.seconds, threads=args.threads)
             # Warm-up: every worker builds its snapshot and warms its code paths before measuring.
             wrk(base, "/", rec, connections=args.concurrency, seconds=3, threads=args.threads)
+            # The floor, in the same minute: a bare FastAPI app served the same way (uvicorn, one worker),
+            # while the party idles; both warmed up the same way.
+            bare_proc, bare_base = start_bare(work / "bare.log")
+            try:
+                wrk(bare_base, "/health", "", connections=args.concurrency, seconds=3, threads=args.threads)
+                bare = wrk(bare_base, "/health", "", connections=args.concurrency, seconds=args.seconds,
+                           threads=args.threads)
+            finally:
+                stop(bare_proc)
+            wrk(base, "/health", "", connections=args.concurrency, seconds=3, threads=args.threads)
             health = run("/health", "", args.concurrency)
             recommend = run("/", rec, args.concurrency)
             predict = run("/", pred, args.concurrency)
             light = run("/", rec, args.light_concurrency)
         finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop(proc)
             if schema:
                 drop_schema(args.postgres_url, schema)
     passes = (health, recommend, predict, light)
-    for name, p in zip(("health", "recommend", "predict", "recommend_light"), passes):
+    for name, p in zip(("bare_health", "health", "recommend", "predict", "recommend_light"), (bare, *passes)):
         print(f"{name}: {p['rps']:.0f} req/s, p50 {p['p50_us'] / 1e3:.2f} ms, p99 {p['p99_us'] / 1e3:.2f} ms, "
               f"errors {p['errors']:.0f}", file=sys.stderr)
     result = {
@@ -213,6 +241,8 @@ def main() -> None:
         "users": args.users, "ratings": ratings, "dim": args.dim, "workers": args.workers or "default",
         "backend": "postgresql" if args.postgres else "sqlite",
         "recommend_vs_health": round(recommend["rps"] / health["rps"], 3),
+        "bare_health_rps": round(bare["rps"]), "health_vs_bare": round(health["rps"] / bare["rps"], 3),
+        "recommend_vs_bare": round(recommend["rps"] / bare["rps"], 3), "bare_errors": int(bare["errors"]),
     }
     print(json.dumps(result))
 

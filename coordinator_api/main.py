@@ -9,7 +9,6 @@ from fastapi import FastAPI
 
 from api_common.errors import install_error_handlers
 from api_common.guard import install_guard
-from api_common.headers import SecurityHeaders
 from api_common.logs import redact_access_log
 from api_common.observability import Observability
 from api_common.openapi import document_guard, operation_id
@@ -66,8 +65,8 @@ def create_app(settings: CoordinatorSettings, *, resume: bool = True) -> FastAPI
     observability = Observability(service="coordinator", metrics_token=settings.metrics_token)
     install_guard(app, settings=settings, checks={**header_checks(settings), **observability.guard_checks()})
     metrics = CoordinatorMetrics(observability.registry)
-    observability.install(app)  # every answer is timed, the guard's refusals too
-    app.add_middleware(SecurityHeaders)  # outermost: every answer carries them, the guard's refusals too
+    # Outermost: every answer is timed and carries the security headers, the guard's refusals too.
+    observability.install(app, security_headers=True)
     for router in ROUTERS:
         app.include_router(router)
     return app

@@ -19,7 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from api_common.errors import ApiError
 from api_common.guard import body_class
 from api_common.params import IdPath
-from party_api.deps import AdminDep, CacheDep, CoordinatorDep
+from party_api.deps import AdminOrCoordinatorDep, CacheDep, CoordinatorDep
 from services.protocol.tracing import REQUEST_ID_HEADER, current_request_id
 
 CONNECT_TIMEOUT_S = 5.0
@@ -95,7 +95,9 @@ class FederationForwarder:
 def forwarding_routers(forwarder: FederationForwarder) -> list[APIRouter]:
     """The routes an `api` process forwards: /v1/federation/*, /v1/social/*, user erasure (first match wins)."""
     coordinator = APIRouter(dependencies=[CoordinatorDep], include_in_schema=False)
-    admin = APIRouter(dependencies=[AdminDep], include_in_schema=False)
+    # Erasure takes what the route it forwards to takes: the admin token or the coordinator's credential
+    # (the coordinator's federation-wide erasure), so a party with API workers erases like one without.
+    erasure = APIRouter(dependencies=[AdminOrCoordinatorDep], include_in_schema=False)
 
     @coordinator.post("/v1/federation/runs/{run_id}/publish", openapi_extra=body_class("small"))
     async def publish(request: Request, cache: CacheDep) -> Response:
@@ -115,7 +117,7 @@ def forwarding_routers(forwarder: FederationForwarder) -> list[APIRouter]:
         """Social-product sessions live in the federation process too."""
         return await forwarder.forward(request)
 
-    @admin.delete("/v1/users/{external_id}")
+    @erasure.delete("/v1/users/{external_id}")
     async def erase(external_id: IdPath, request: Request, cache: CacheDep) -> Response:
         """Erasure runs where the run state is (it drops the user from it); this process forgets at once."""
         async def forget(status: int) -> None:
@@ -123,4 +125,4 @@ def forwarding_routers(forwarder: FederationForwarder) -> list[APIRouter]:
                 cache.forget_user(external_id)
         return await forwarder.forward(request, after=forget)
 
-    return [coordinator, admin]
+    return [coordinator, erasure]

@@ -11,7 +11,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api_common.errors import ApiError, install_error_handlers
 from api_common.guard import install_guard
-from api_common.headers import SecurityHeaders
 from api_common.logs import redact_access_log
 from api_common.observability import Observability
 from api_common.openapi import document_guard, operation_id
@@ -127,8 +126,8 @@ def create_app(settings: PartySettings) -> FastAPI:
                   extra_limits={"social": settings.social_max_body_bytes})
     model_version = Gauge("fedrec_serving_model_version", "Version of the serving model this process serves",
                           registry=observability.registry)
-    observability.install(app)  # every answer is timed, the guard's refusals too
-    app.add_middleware(SecurityHeaders)  # outermost: every answer carries them, the guard's refusals too
+    # Outermost: every answer is timed and carries the security headers, the guard's refusals too.
+    observability.install(app, security_headers=True)
     for router in routers(settings, forwarder):
         app.include_router(router)
     return app

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import math
+from collections import Counter
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -14,6 +16,7 @@ DEV_ADMIN_TOKEN = "dev-admin-token"
 DEV_COORDINATOR_TOKEN = "dev-coordinator-token"
 DEV_API_KEY = "dev-api-key"
 MIN_SECRET_CHARS = 32
+MIN_SECRET_BITS = 80  # estimated, see _estimated_bits
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 # Public values no deployment may run with: the dev tokens and the placeholders of .env.example.
 KNOWN_PLACEHOLDERS = frozenset({DEV_ADMIN_TOKEN, DEV_COORDINATOR_TOKEN, DEV_API_KEY, "change-me", "changeme"})
@@ -26,7 +29,26 @@ def _unsafe_secret(value: str) -> str | None:
         return "is a public placeholder or dev token"
     if len(value) < MIN_SECRET_CHARS:
         return f"is shorter than {MIN_SECRET_CHARS} characters"
+    if any(c.isspace() or not c.isprintable() for c in value):
+        return "contains whitespace or control characters"
+    if _estimated_bits(value) < MIN_SECRET_BITS:
+        return (f"has too little entropy (about {_estimated_bits(value):.0f} bits; a random secret of "
+                f"{MIN_SECRET_CHARS} characters has more than {MIN_SECRET_BITS})")
     return None
+
+
+def _estimated_bits(value: str) -> float:
+    """min(length × the characters' empirical entropy, length × the empirical entropy of the steps between them).
+
+    The steps catch sequences with many distinct characters in an order anyone can guess ('abcd…'): a
+    counting run has one step. Random hex of 32 characters scores about 100 bits, `token_urlsafe(32)`
+    about 200; 32×'a' and 'abc…z' score (almost) 0.
+    """
+    def entropy(symbols: list[int] | str) -> float:
+        counts, n = Counter(symbols), len(symbols)
+        return n * -sum(c / n * math.log2(c / n) for c in counts.values()) if n else 0.0
+
+    return min(entropy(value), entropy([ord(b) - ord(a) for a, b in zip(value, value[1:])]))
 
 
 def check_secrets(prefix: str, secrets: dict[str, list[str]]) -> None:
@@ -107,6 +129,12 @@ class GuardSettings(BaseSettings):
     body_timeout_s: float = Field(30.0, gt=0, le=3600)
     # Connections plus requests in progress per process; past it new requests are answered 503.
     max_connections: int = Field(2048, ge=1)
+    # Open connections one client address may hold per process (trusted proxies exempt); past it a new
+    # connection is answered 503 and closed at once, so one caller cannot take every slot.
+    max_connections_per_address: int = Field(256, ge=1)
+    # A request body must average at least this many bytes per second of the service's waiting, after a
+    # grace of body_timeout_s; a slower one is answered 408 (a byte every 29 s no longer holds a slot).
+    min_body_rate_bytes_s: int = Field(1024, ge=0)
 
 
 def check_pair(prefix: str, cert: Path | None, key: Path | None, what: str) -> None:
@@ -265,6 +293,14 @@ class CoordinatorSettings(GuardSettings):
     # at once; a party that has not answered by then is listed in "unavailable" and the merge of the
     # others comes back with "partial": true (an app waiting on top-K cannot wait a training timeout).
     fanout_timeout_s: float = Field(2.0, gt=0.0, le=120.0)
+    # Party URL policy: no userinfo ever; when this list is not empty, a registered party URL must name
+    # one of these hosts (names or addresses, compared lower-case), so a stolen admin token cannot point
+    # a party's credential at a host of its choosing.
+    party_hosts: list[str] = Field(default_factory=list, max_length=1000)
+    # Schedules: how many may exist, and the shortest interval one may fire at (a cron fires at most
+    # once a minute anyway); each firing may start a run, so both bound the runs schedules can start.
+    max_schedules: int = Field(50, ge=1, le=10_000)
+    schedule_min_interval_s: int = Field(60, ge=1, le=366 * 24 * 3600)
     # /metrics answers with this bearer token only (unset: /metrics is off); never an API credential.
     metrics_token: str | None = None
     log_format: Literal["json", "text"] = "json"

@@ -20,7 +20,12 @@ router = APIRouter(prefix="/v1/parties", tags=["parties"], dependencies=[AdminDe
 
 
 def _read(p: registry.PartyEndpoint) -> PartyRead:
-    return PartyRead(party_id=p.party_id, url=p.url, role=p.role, enabled=p.enabled, tls_name=p.tls_name)
+    return PartyRead(party_id=p.party_id, url=registry.without_userinfo(p.url), role=p.role, enabled=p.enabled,
+                     tls_name=p.tls_name)
+
+
+def _hosts(hosts: list[str]) -> frozenset[str]:
+    return frozenset(h.lower().rstrip(".") for h in hosts)
 
 
 @router.get("", response_model=list[PartyRead])
@@ -32,7 +37,8 @@ def list_parties(session: SessionDep) -> list[PartyRead]:
 @router.post("", response_model=PartyRead, status_code=201, openapi_extra=body_class("small"))
 def register_party(body: PartyCreate, session: SessionDep, settings: SettingsDep) -> PartyRead:
     """Register a party (https:// only when the coordinator is configured for TLS, outside dev mode)."""
-    return _read(registry.register(session=session, https_only=settings.https_parties_only, **body.model_dump()))
+    return _read(registry.register(session=session, https_only=settings.https_parties_only,
+                                   allowed_hosts=_hosts(settings.party_hosts), **body.model_dump()))
 
 
 @router.post("/check", response_model=list[PartyCheckRead])
@@ -55,7 +61,7 @@ def get_party(party_id: NamePath, session: SessionDep) -> PartyRead:
 def update_party(party_id: NamePath, body: PartyUpdate, session: SessionDep, settings: SettingsDep) -> PartyRead:
     """Change a party's URL, credential, role, enabled flag or TLS name."""
     return _read(registry.update(session=session, party_id=party_id, https_only=settings.https_parties_only,
-                                 **body.model_dump(exclude_unset=True)))
+                                 allowed_hosts=_hosts(settings.party_hosts), **body.model_dump(exclude_unset=True)))
 
 
 @router.delete("/{party_id}", status_code=204)

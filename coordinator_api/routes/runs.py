@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+from typing import Annotated
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from pydantic import ValidationError
 
 from api_common.errors import error_responses
@@ -18,6 +19,8 @@ from services.coordinator.runner import epsilon_spent, run_contract
 from services.db.coordinator_tables import RoundRow, RunRow
 from services.errors import Conflict, DomainError
 from services.privacy.report import run_report
+
+DEFAULT_PAGE, MAX_PAGE = 100, 1000  # GET /v1/runs: a listing is bounded however many runs schedules start
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], dependencies=[AdminDep],
                    responses=error_responses(401, 403, 404, 409, 422, 502))
@@ -83,9 +86,14 @@ def _read_stored(run: RunRow, rounds: list[RoundRow]) -> TrainingRunRead | None:
 
 
 @router.get("", response_model=list[TrainingRunRead])
-def list_runs(session: SessionDep) -> list[TrainingRunRead]:
-    """All runs, newest first (without per-round history); a run whose stored row is unreadable is left out."""
-    return [r for r in (_read_stored(run, []) for run in runs.list_runs(session=session)) if r is not None]
+def list_runs(session: SessionDep,
+              limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="runs per page")] = DEFAULT_PAGE,
+              offset: Annotated[int, Query(ge=0, le=2**31, description="runs to skip (newest first)")] = 0,
+              ) -> list[TrainingRunRead]:
+    """Runs newest first, one page (`limit`, `offset`), without per-round history; a run whose stored row is
+    unreadable is left out."""
+    page = runs.list_runs(session=session, limit=limit, offset=offset)
+    return [r for r in (_read_stored(run, []) for run in page) if r is not None]
 
 
 @router.get("/{run_id}", response_model=TrainingRunRead)

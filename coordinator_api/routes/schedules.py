@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from api_common.errors import error_responses
 from api_common.guard import body_class
 from api_common.params import NamePath
-from coordinator_api.deps import AdminDep, SessionDep
+from coordinator_api.deps import AdminDep, SessionDep, SettingsDep
 from coordinator_api.schemas import ScheduleCreate, ScheduleRead, TrainingRunCreate
 from services.coordinator import runs, schedules
 from services.coordinator.run_config import resolve_run, start_run
@@ -48,15 +48,21 @@ def _scheduler(request: Request) -> schedules.Scheduler:
 
 
 @router.post("", response_model=ScheduleRead, status_code=201, openapi_extra=body_class("small"))
-def create_schedule(body: ScheduleCreate, session: SessionDep, request: Request) -> ScheduleRead:
-    """Store a schedule and start timing it; its timing and run settings are checked as POST /v1/runs checks them."""
-    schedules.trigger_for(cron=body.cron, interval_seconds=body.interval_seconds)
+def create_schedule(body: ScheduleCreate, session: SessionDep, request: Request, settings: SettingsDep) -> ScheduleRead:
+    """Store a schedule and start timing it; its timing and run settings are checked as POST /v1/runs checks them.
+
+    At most COORD_MAX_SCHEDULES schedules (409 past it), none firing more often than every
+    COORD_SCHEDULE_MIN_INTERVAL_S seconds, and no cron that never fires (422).
+    """
+    schedules.check_timing(cron=body.cron, interval_seconds=body.interval_seconds,
+                           min_interval_s=settings.schedule_min_interval_s)
     resolve_run(config=body.config, preset=body.preset, rounds=body.rounds, seed=body.seed)
     runs.run_parties(session=session, party_ids=body.party_ids, min_parties=body.min_parties)
     # Only what the caller set is stored: a firing resolves the preset then, as a POST /v1/runs would.
-    settings = body.model_dump(mode="json", exclude_unset=True, include=RUN_FIELDS)
+    run_settings = body.model_dump(mode="json", exclude_unset=True, include=RUN_FIELDS)
     row = schedules.create(session=session, cron=body.cron, interval_seconds=body.interval_seconds,
-                           run_settings=settings)
+                           run_settings=run_settings, max_schedules=settings.max_schedules,
+                           min_interval_s=settings.schedule_min_interval_s)
     scheduler = _scheduler(request)
     scheduler.add(row)
     return _read(row, scheduler)

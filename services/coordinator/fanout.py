@@ -8,6 +8,7 @@ bodies only; nothing here logs them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -64,6 +65,36 @@ def not_ready(answers: Mapping[str, Any]) -> None:
                        "first: fedrec coordinator create)", extra={"code": MODEL_NOT_READY})
 
 
+MALFORMED = "malformed_answer"  # a party answered 2xx with a body that is not the route's answer
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _recommendations_ok(body: dict[str, Any]) -> bool:
+    """A party's top-k answer has the shape merging reads (anything else is that party's fault, not the caller's)."""
+    items = body.get("items")
+    return (isinstance(items, list) and (body.get("fallback") is None or isinstance(body.get("fallback"), str))
+            and "fallback" in body
+            and all(isinstance(it, dict) and isinstance(it.get("item_id"), str) and _number(it.get("score"))
+                    for it in items))
+
+
+def _predictions_ok(body: dict[str, Any], asked: int) -> bool:
+    """A party's predictions answer: one prediction per pair it did not skip, skipped rows within the request."""
+    predictions, skipped = body.get("predictions"), body.get("skipped", [])
+    if not isinstance(predictions, list) or not isinstance(skipped, list):
+        return False
+    if not all(isinstance(s, dict) and type(s.get("row")) is int and 0 <= s["row"] < asked
+               and isinstance(s.get("field"), str) for s in skipped):
+        return False
+    if len({s["row"] for s in skipped}) != len(skipped) or len(predictions) + len(skipped) != asked:
+        return False
+    return all(isinstance(p, dict) and _number(p.get("rating"))
+               and (p.get("fallback") is None or isinstance(p.get("fallback"), str)) for p in predictions)
+
+
 def _code(reason: str) -> str:
     """"code: detail" -> code: a party's host names and error details are not the caller's to read."""
     return reason.split(":", 1)[0]
@@ -99,7 +130,14 @@ class ServingFanout:
         if resp.status_code >= 500:
             raise PartyUnavailable(f"party {party.party_id} answered HTTP {resp.status_code}", extra=extra)
         raise_for(resp.status_code, resp.content, source=f"party {party.party_id}", extra=extra)
-        return dict(resp.json()) if resp.content else {}
+        try:
+            body = resp.json() if resp.content else {}
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):  # a 2xx that is not a JSON object: that party is not serving properly
+            raise PartyUnavailable(f"party {party.party_id} answered HTTP {resp.status_code} without a JSON object",
+                                   extra=extra)
+        return body
 
     def ask(self, parties: dict[str, PartyEndpoint], call: Callable[[PartyEndpoint], T], *,
             deadline_s: float | None = None) -> tuple[dict[str, T], dict[str, str]]:
@@ -120,8 +158,9 @@ class ServingFanout:
         def one(party: PartyEndpoint) -> dict[str, Any] | str | None:
             """The party's top-k; None when it does not know the user; a code when it refused."""
             try:
-                return _check_release(self.call(party, "GET", party_path("v1", "users", user_id, "recommendations"),
+                body = _check_release(self.call(party, "GET", party_path("v1", "users", user_id, "recommendations"),
                                                 timeout_s=self.deadline_s, params=params), release_id)
+                return body if _recommendations_ok(body) else MALFORMED
             except NotFound:
                 return None
             except PartyUnavailable:
@@ -149,8 +188,9 @@ class ServingFanout:
         def one(party: PartyEndpoint) -> dict[str, Any] | str:
             body = {"pairs": [{"user_id": pairs[r][0], "item_id": pairs[r][1]} for r in rows[party.party_id]]}
             try:
-                return _check_release(self.call(party, "POST", "/v1/predictions", timeout_s=self.deadline_s,
-                                                params=params, json=body), release_id)
+                answer = _check_release(self.call(party, "POST", "/v1/predictions", timeout_s=self.deadline_s,
+                                                  params=params, json=body), release_id)
+                return answer if _predictions_ok(answer, len(rows[party.party_id])) else MALFORMED
             except PartyUnavailable:
                 raise
             except DomainError as exc:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -60,7 +60,7 @@ def seal_stored(*, session: Session) -> int:
     return len(rows)
 
 
-def _check_url(url: str, *, https_only: bool = False) -> None:
+def _check_url(url: str, *, https_only: bool = False, allowed_hosts: frozenset[str] = frozenset()) -> None:
     if not url.startswith(("http://", "https://")):
         raise ValidationFailed("url must start with http:// or https://", extra={"field": "url"})
     if https_only and not url.startswith("https://"):  # the credential would cross the network in clear
@@ -74,6 +74,33 @@ def _check_url(url: str, *, https_only: bool = False) -> None:
     if not valid:
         raise ValidationFailed("url must be an absolute http(s) URL with a host, without query or fragment",
                                extra={"field": "url"})
+    if "@" in parts.netloc:  # user:password@host would be stored and listed back in clear
+        raise ValidationFailed("url must not carry userinfo (user:password@): the party's credential is the "
+                               "token field, sealed at rest", extra={"field": "url"})
+    host = (parts.hostname or "").lower().rstrip(".")
+    if allowed_hosts and host not in allowed_hosts:
+        raise ValidationFailed(f"url host {host[:64]!r} is not in the coordinator's allowed party hosts "
+                               "(COORD_PARTY_HOSTS)", extra={"field": "url"})
+
+
+def without_userinfo(url: str) -> str:
+    """A URL as it may be listed: a `user:password@` stored before URLs with userinfo were refused is dropped."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+def _check_pin(tls_name: str | None, *, https_only: bool) -> None:
+    # Under TLS outside dev mode every fedrec-issued server certificate names 127.0.0.1 and localhost:
+    # checked against the URL's host alone, any of them would pass for the party and receive its token.
+    if https_only and tls_name is None:
+        raise ValidationFailed("tls_name is required: this coordinator is configured for TLS outside dev mode, "
+                               "so each party is pinned to the name its certificate must carry",
+                               extra={"field": "tls_name"})
 
 
 def _check_tls_name(url: str, tls_name: str | None) -> None:
@@ -83,10 +110,13 @@ def _check_tls_name(url: str, tls_name: str | None) -> None:
 
 
 def register(*, session: Session, party_id: str, url: str, token: str, role: str = "ratings",
-             tls_name: str | None = None, https_only: bool = False) -> PartyEndpoint:
-    """Add a party; 409 if the id is taken. `tls_name`: the SAN its certificate must carry (its pinned identity)."""
-    _check_url(url, https_only=https_only)
+             tls_name: str | None = None, https_only: bool = False,
+             allowed_hosts: frozenset[str] = frozenset()) -> PartyEndpoint:
+    """Add a party; 409 if the id is taken. `tls_name`: the SAN its certificate must carry (its pinned identity);
+    required when `https_only`. `allowed_hosts`: when not empty, the only hosts a party URL may name."""
+    _check_url(url, https_only=https_only, allowed_hosts=allowed_hosts)
     _check_tls_name(url, tls_name)
+    _check_pin(tls_name, https_only=https_only)
     if session.get(PartyRow, party_id) is not None:
         raise Conflict(f"party {party_id!r} is already registered", extra={"field": "party_id"})
     row = PartyRow(party_id=party_id, url=url, token=_sealer(session).seal(token), role=role, enabled=True,
@@ -99,17 +129,19 @@ def register(*, session: Session, party_id: str, url: str, token: str, role: str
 def update(
     *, session: Session, party_id: str, url: str | None = None, token: str | None = None,
     role: str | None = None, enabled: bool | None = None, tls_name: str | None = None, https_only: bool = False,
+    allowed_hosts: frozenset[str] = frozenset(),
 ) -> PartyEndpoint:
     """Change a party's URL, credential, role, enabled flag or TLS name; running runs see it on their next call."""
     row = session.get(PartyRow, party_id)
     if row is None:
         raise NotFound(f"party {party_id!r} is not registered", extra={"field": "party_id"})
     if url is not None:
-        _check_url(url, https_only=https_only)
+        _check_url(url, https_only=https_only, allowed_hosts=allowed_hosts)
         row.url = url
     if tls_name is not None:
         row.tls_name = tls_name
     _check_tls_name(row.url, row.tls_name)
+    _check_pin(row.tls_name, https_only=https_only)
     if token is not None:
         row.token = _sealer(session).seal(token)
     if role is not None:

@@ -75,9 +75,10 @@ def get(*, session: Session, run_id: str) -> RunRow:
     return run
 
 
-def list_runs(*, session: Session) -> list[RunRow]:
-    """All runs, newest first."""
-    return list(session.scalars(select(RunRow).order_by(RunRow.created_at.desc())))
+def list_runs(*, session: Session, limit: int | None = None, offset: int = 0) -> list[RunRow]:
+    """Runs newest first (ties by id, so pages do not overlap); `limit` None: all of them."""
+    query = select(RunRow).order_by(RunRow.created_at.desc(), RunRow.run_id.desc()).offset(offset)
+    return list(session.scalars(query if limit is None else query.limit(limit)))
 
 
 def rounds_of(*, session: Session, run_id: str) -> list[RoundRow]:

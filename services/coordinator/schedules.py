@@ -17,7 +17,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.interval import IntervalTrigger
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.db.coordinator_tables import ScheduleRow
@@ -25,6 +25,7 @@ from services.errors import Conflict, DomainError, NotFound, ValidationFailed
 
 log = logging.getLogger("fedrec.coordinator")
 MAX_INTERVAL_S = 366 * 24 * 3600
+CRON_HORIZON_YEARS = 8  # every valid date recurs within 8 years (29 February on a Monday: 28 is the worst)
 # Starts a run from a schedule's stored settings and answers its run id (raises as POST /v1/runs does).
 Launch = Callable[[Session, dict[str, Any]], str]
 
@@ -46,10 +47,29 @@ def trigger_for(*, cron: str | None, interval_seconds: int | None) -> BaseTrigge
                                extra={"field": "cron"}) from exc
 
 
+def check_timing(*, cron: str | None, interval_seconds: int | None, min_interval_s: int) -> None:
+    """A schedule's trigger must be valid, fire no more often than every `min_interval_s`, and fire at all."""
+    trigger = trigger_for(cron=cron, interval_seconds=interval_seconds)
+    if interval_seconds is not None and interval_seconds < min_interval_s:
+        raise ValidationFailed(f"interval_seconds must be at least {min_interval_s} (COORD_SCHEDULE_MIN_INTERVAL_S)",
+                               extra={"field": "interval_seconds"})
+    if cron is not None:
+        now = datetime.now(UTC)
+        # A day that never comes (31 February) is a valid crontab that never fires: refused, not stored.
+        first = trigger.get_next_fire_time(None, now)
+        if first is None or first.year > now.year + CRON_HORIZON_YEARS:
+            raise ValidationFailed(f"cron {cron!r} never fires (no date within {CRON_HORIZON_YEARS} years matches)",
+                                   extra={"field": "cron"})
+
+
 def create(*, session: Session, cron: str | None, interval_seconds: int | None,
-           run_settings: dict[str, Any]) -> ScheduleRow:
-    """Store a schedule whose timing is valid (the caller has checked the run settings)."""
-    trigger_for(cron=cron, interval_seconds=interval_seconds)
+           run_settings: dict[str, Any], max_schedules: int = 50, min_interval_s: int = 60) -> ScheduleRow:
+    """Store a schedule whose timing is valid (the caller has checked the run settings); 409 past `max_schedules`."""
+    check_timing(cron=cron, interval_seconds=interval_seconds, min_interval_s=min_interval_s)
+    count = session.scalar(select(func.count()).select_from(ScheduleRow)) or 0
+    if count >= max_schedules:
+        raise Conflict(f"{count} schedules exist, the most this coordinator keeps (COORD_MAX_SCHEDULES); "
+                       "delete one first", extra={"field": "schedule_id"})
     row = ScheduleRow(schedule_id=uuid.uuid4().hex[:16], cron=cron, interval_seconds=interval_seconds,
                       run_settings=run_settings, fire_count=0, skipped_count=0, last_outcome="")
     session.add(row)

@@ -45,6 +45,7 @@ from services.federation.warm import row_map
 from services.party import fed_store as store
 from services.party.dp_policy import DpPolicy, check_dp_request
 from services.party.serving import ServingModel, publish, release_model
+from services.party.step_checks import check_participants_size, strict_config
 from services.protocol.federation import decode_points, encode_points, pack_tree, unpack_tree
 
 KEEP_SNAPSHOTS = 3
@@ -242,12 +243,14 @@ class FederationService:
     # ---- run lifecycle -----------------------------------------------------------------------
     @staticmethod
     def _config(plan: ProtocolPlan, raw: Mapping[str, Any], seed: int) -> Any:
+        settings = {k: v for k, v in raw.items() if k not in ("protocol", "rounds", "seed")}
         try:
-            return plan.config({k: v for k, v in raw.items() if k not in ("protocol", "rounds", "seed")},
-                               seed=seed, rounds=1)
+            config = plan.config(settings, seed=seed, rounds=1)
         except ValidationError as exc:
             raise ValidationFailed(f"invalid training config: {exc.errors()[0]['msg']}",
                                    extra={"field": "config"}) from exc
+        strict_config(settings, config)  # as strict as the coordinator's run settings: no coerced types
+        return config
 
     def configure(self, *, request: ConfigureRequest) -> ConfigureResponse:
         """Load this party's data (the aligned users, and its other users as private users where the protocol
@@ -447,8 +450,18 @@ class FederationService:
         "begin" opens a round attempt (going back to the snapshot before the round when it is retried);
         every other step belongs to the attempt in progress; "finish" persists the state before answering.
         """
+        # Decoded before the lock: a large body costs its caller's request, not every other step's wait.
+        try:
+            message = unpack_tree(body) if body else {}
+        except ProtocolError as exc:
+            raise _bad(exc, f"{step.name} message") from exc
+        if not isinstance(message, dict):
+            raise ValidationFailed(f"the {step.name} message must be a tree of named values",
+                                   extra={"field": "body"})
         with self._lock, self.sessions() as session:
             run = self._run(session, run_id)
+            assert run.secagg is not None
+            check_participants_size(message, configured=len(run.secagg.pair_keys) + 1)
             # consistency and recovery answers are not cached: a repeat of the same request gets the same answer
             # from the strategy, and another survivor set gets its refusal, not the first set's answer
             reveal = step.name.startswith((RECOVERY, CONSISTENCY))
@@ -466,13 +479,6 @@ class FederationService:
                 raise ProtocolError(f"round {step.round_index} attempt {step.attempt} is not in progress at "
                                     f"{self.party_id} (current {run.current}, last finished {run.done})",
                                     extra={"field": "round_index"})
-            try:
-                message = unpack_tree(body) if body else {}
-            except ProtocolError as exc:
-                raise _bad(exc, f"{step.name} message") from exc
-            if not isinstance(message, dict):
-                raise ValidationFailed(f"the {step.name} message must be a tree of named values",
-                                       extra={"field": "body"})
             if step.name == "begin":
                 if isinstance(run.aggregation, MaskedUpload) and "participants" in message:  # before the trainer moves
                     retry = run.done >= step.round_index  # then the state goes back to the snapshot before the round

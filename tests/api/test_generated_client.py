@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import secrets
 import subprocess
 import sys
 from collections import Counter
@@ -178,8 +179,8 @@ def test_generated_client_streams_ml100k_u1_and_a_run_trains_on_it(
     lines = (DATA / "ml-100k" / "u1.base").read_text().split("\n")
     rows = [line.split("\t") for line in lines if line.strip()]
     # outside dev mode each party pins its peer's identity key (trust on first use is dev mode only)
-    secrets = {f"ml{k}": os.urandom(32) for k in range(2)}
-    identities = {p: SecAggParty(party_id=p, secret=sec, run_id="any").identity for p, sec in secrets.items()}
+    party_secrets = {f"ml{k}": os.urandom(32) for k in range(2)}
+    identities = {p: SecAggParty(party_id=p, secret=sec, run_id="any").identity for p, sec in party_secrets.items()}
     with ExitStack() as stack:
         parties = {}
         for k in range(2):
@@ -189,9 +190,10 @@ def test_generated_client_streams_ml100k_u1_and_a_run_trains_on_it(
             csv_file = tmp_path / f"{pid}.csv"
             mine = [r for r in rows if int(r[1]) % 2 == k]  # a vertical split: each party its own items
             csv_file.write_text("user_id,item_id,rating,timestamp\n" + "".join(",".join(r) + "\n" for r in mine))
+            key = f"key-{pid}-{secrets.token_urlsafe(32)}"  # random: low-entropy keys are refused (P11)
             settings = PartySettings(party_id=pid, database_url=url, data_dir=tmp_path / pid, admin_token=ADMIN,
-                                     coordinator_token=COORD_TOKEN, api_keys=[f"key-{pid}-{'x' * 32}"],
-                                     secret=secrets[pid].hex(),
+                                     coordinator_token=COORD_TOKEN, api_keys=[key],
+                                     secret=party_secrets[pid].hex(),
                                      peer_identities={p: key for p, key in identities.items() if p != pid})
             server = stack.enter_context(live_server(create_app(settings)))
             admin = stack.enter_context(AuthenticatedClient(base_url=server.url, token=ADMIN, timeout=300))

@@ -110,7 +110,7 @@ def test_interval_schedule_fires_across_a_restart_and_skips_while_a_run_is_activ
         database_url: str, silent_party: str) -> None:
     url = database_url  # SQLite and PostgreSQL: the schedule lives in the database the restart keeps
     upgrade(url, environment="coordinator")
-    settings = coordinator_settings(url, max_retries=0, preflight_timeout_s=10.0)
+    settings = coordinator_settings(url, max_retries=0, preflight_timeout_s=10.0, schedule_min_interval_s=1)
     with (live_server(create_app(settings)) as server,
           httpx.Client(base_url=server.url, headers=AUTH, timeout=30) as c):
         for pid in ("a", "b"):
