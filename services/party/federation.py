@@ -37,7 +37,10 @@ from services.party import fed_store as store
 from services.party.dp_policy import DpPolicy, check_dp_request
 from services.party.serving import ServingModel, publish, release_model
 from services.protocol.federation import decode_points, encode_points, pack_tree, unpack_tree
+from services.party.features import load_features
 from services.verfedgnn.distributed import Cluster
+from services.verfedgnn.features import attach_features
+from services.verfedgnn.types import PartyData
 
 KEEP_SNAPSHOTS = 3
 BEST_MODEL, BEST_TRAINER = "best-model:", "best-trainer:"  # + run id: the kept best round (version = round + 2)
@@ -83,8 +86,9 @@ class FederationService:
     def __init__(self, *, sessions: sessionmaker[Session], party_id: str, rating_min: float,
                  rating_max: float, secret: bytes | None = None, peer_identities: Mapping[str, str] | None = None,
                  dp_policy: DpPolicy | None = None, feedback: Literal["explicit", "implicit"] = "explicit",
-                 cluster: Cluster | None = None) -> None:
+                 cluster: Cluster | None = None, use_features: bool = True) -> None:
         self.sessions = sessions
+        self.use_features = use_features  # PARTY_USE_FEATURES: runs use the party's attributes
         self.feedback = feedback
         self.party_id = party_id
         self._secret = secret
@@ -270,6 +274,12 @@ class FederationService:
                                  item_order=run.item_order, total_items=total_items,
                                  rating_range=(self.rating_min, self.rating_max),
                                  local_seed=run.secagg.derived_seed("local", run.seed), feedback=self.feedback)
+        if (self.use_features and run.plan.name == "verfedgnn" and isinstance(run.data, PartyData)
+                and getattr(run.config, "dp_epsilon", None) is None):
+            # DP covers interactions only: a DP run leaves the attributes out rather than release them unprotected
+            run.data = attach_features(run.data, user_order=run.user_order, item_order=run.item_order,
+                                       users=load_features(session=session, kind="user"),
+                                       items=load_features(session=session, kind="item"))
         return run.data
 
     def start(self, *, run_id: str, request: StartRequest) -> StartResponse:
@@ -300,6 +310,8 @@ class FederationService:
         _close_side(run)
         # ---- distributed training (services.verfedgnn.distributed): a plan that offers it, W > 1
         private = len(getattr(data, "private_user_ids", []))
+        # the sharded trainer has no attribute nodes yet: a party with side information trains in one process
+        private += int(getattr(data, "user_features", None) is not None or getattr(data, "item_features", None) is not None)
         if self.cluster.workers > 1 and hasattr(run.plan, "distributed_party") and private:
             # the sharded trainer does not train users outside the intersection yet: this run uses one process
             log.warning("run %s: %d users outside the intersection, so this party trains in one process "
