@@ -20,7 +20,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from services.data.features import side_information
-from services.evaluation.harness import build_federation, ensure_validation, run_protocol, with_features
+from services.evaluation.harness import (
+    build_federation,
+    ensure_validation,
+    run_protocol,
+    with_features,
+)
 from services.evaluation.runner import PRESETS, load_dataset, preset_values
 from services.verfedgnn.config import TrainConfig
 

@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import numpy as np
-
 from services.data.parsing import DataFormatError
 
 FeatureKind = Literal["user-features", "item-features"]

@@ -21,7 +21,6 @@ What a party keeps about a user, and what erasure does with it:
 from __future__ import annotations
 
 import time
-
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any

@@ -35,9 +35,9 @@ from services.federation.plan import PartySide, ProtocolPlan, RatingTable, Seeds
 from services.federation.warm import row_map
 from services.party import fed_store as store
 from services.party.dp_policy import DpPolicy, check_dp_request
+from services.party.features import load_features
 from services.party.serving import ServingModel, publish, release_model
 from services.protocol.federation import decode_points, encode_points, pack_tree, unpack_tree
-from services.party.features import load_features
 from services.verfedgnn.distributed import Cluster
 from services.verfedgnn.features import attach_features
 from services.verfedgnn.types import PartyData

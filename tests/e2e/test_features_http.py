@@ -6,8 +6,8 @@ array has an axis of attribute nodes; the run matches the in-process reference b
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,8 +17,8 @@ from services.protocol.federation import unpack_tree
 from services.verfedgnn.config import run_config
 from services.verfedgnn.reference import party_datas, run_reference
 from tests.e2e.test_federation_http import Recorder
-from tests.support.federation import TINY_CONFIG, Federation, federation, tiny_parties
 from tests.support.features import MARK, feature_rows, ingest_features, write_features
+from tests.support.federation import TINY_CONFIG, Federation, federation, tiny_parties
 
 ROUNDS, SEED = 4, 5
 
@@ -63,7 +63,6 @@ def test_no_attribute_value_or_attribute_axis_crosses_a_party_boundary(
         for body in (sent, answered):
             assert MARK.encode() not in body, f"an attribute value or column crossed the boundary at {path}"
         if path.endswith("/configure"):  # the catalogue size announced is the items', not items + attributes
-            import json
             answer = json.loads(answered)
             assert answer["n_items"] == datas[answer["party_id"]].n_items
         if "/steps/" in path and path.rsplit("/steps/", 1)[1] == "begin":

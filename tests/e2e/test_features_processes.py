@@ -13,8 +13,8 @@ import pytest
 from cli.localfed import ADMIN, API_KEY, party_proc
 from services.verfedgnn.config import run_config
 from services.verfedgnn.reference import run_reference
-from tests.support.federation import process_federation, tiny_parties
 from tests.support.features import feature_rows, ingest_features, write_features
+from tests.support.federation import process_federation, tiny_parties
 
 pytestmark = [pytest.mark.slow]
 ROUNDS, SEED = 4, 3

@@ -7,7 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from services.data.features import FeatureRow, read_feature_csv, read_ml100k_items, read_ml100k_users
+from services.data.features import (
+    FeatureRow,
+    read_feature_csv,
+    read_ml100k_items,
+    read_ml100k_users,
+)
 from services.data.parsing import DataFormatError
 from services.verfedgnn.features import feature_edges
 
