@@ -311,13 +311,16 @@ class FederationService:
         # ---- distributed training (services.verfedgnn.distributed): a plan that offers it, W > 1
         private = len(getattr(data, "private_user_ids", []))
         # the sharded trainer has no attribute nodes yet: a party with side information trains in one process
-        private += int(getattr(data, "user_features", None) is not None or getattr(data, "item_features", None) is not None)
-        if self.cluster.workers > 1 and hasattr(run.plan, "distributed_party") and private:
+        featured = getattr(data, "user_features", None) is not None or getattr(data, "item_features", None) is not None
+        if self.cluster.workers > 1 and hasattr(run.plan, "distributed_party") and featured:
+            log.warning("run %s: this party's attributes train in one process (PARTY_TRAIN_WORKERS=%d applies to runs "
+                        "without side information)", run.run_id, self.cluster.workers)
+        elif self.cluster.workers > 1 and hasattr(run.plan, "distributed_party") and private:
             # the sharded trainer does not train users outside the intersection yet: this run uses one process
             log.warning("run %s: %d users outside the intersection, so this party trains in one process "
                         "(PARTY_TRAIN_WORKERS=%d applies to runs where every user is aligned)",
                         run.run_id, private, self.cluster.workers)
-        if self.cluster.workers > 1 and hasattr(run.plan, "distributed_party") and not private:
+        if self.cluster.workers > 1 and hasattr(run.plan, "distributed_party") and not private and not featured:
             run.side = run.plan.distributed_party(config=run.config, data=data, seeds=seeds,
                                                   item_counts=request.item_counts, aggregation=aggregation,
                                                   cluster=self.cluster)
