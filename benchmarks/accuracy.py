@@ -1,7 +1,9 @@
 """Accuracy benchmark: centralized vs federated (privacy on) vs local-only on one data set.
 
 Prints progress lines, then ONE JSON line (last) with "centralized", "federated" and
-"local_only" (one entry per party), each {"rmse_mean", "rmse_std", "mae_mean"}.
+"local_only" (one entry per party), each {"rmse_mean", "rmse_std", "mae_mean"}. A data set's side information
+is used by default (ML-100K: user features at party 0, item features at their item's party) and the run adds
+"federated_no_features", the same federation without it; `--no-features` leaves it out everywhere.
 """
 
 from __future__ import annotations
@@ -17,7 +19,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from services.evaluation.harness import build_federation, ensure_validation, run_protocol
+from services.data.features import side_information
+from services.evaluation.harness import (
+    build_federation,
+    ensure_validation,
+    run_protocol,
+    with_features,
+)
 from services.evaluation.runner import PRESETS, load_dataset, preset_values
 from services.verfedgnn.config import TrainConfig
 
@@ -39,20 +47,28 @@ def main() -> None:
     ap.add_argument("--valid-fraction", type=float, default=0.1)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--set", nargs="*", default=[], help="config overrides key=json-value")
+    ap.add_argument("--no-features", action="store_true", help="leave the data set's side information out")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     overrides = {k: json.loads(v) for k, v in (s.split("=", 1) for s in args.set)}
     config = TrainConfig(**{**preset_values(args.preset, args.model), **overrides})
     res: dict[str, tuple[list[float], list[float]]] = {"centralized": ([], []), "federated": ([], [])}
     local: dict[str, tuple[list[float], list[float]]] = {}
+    side = None if args.no_features else side_information(args.dataset, args.data)
+    if side is not None:
+        res["federated_no_features"] = ([], [])
     started = time.time()
     for seed in range(args.seeds):
         ds = ensure_validation(load_dataset(args.dataset, args.data, split=args.split, seed=seed),
                                fraction=args.valid_fraction, seed=seed)
-        fed = build_federation(ds, n_parties=args.parties, seed=seed)
+        plain = build_federation(ds, n_parties=args.parties, seed=seed)
+        fed = plain if side is None else with_features(plain, users=side[0], items=side[1])
         cfg = config.model_copy(update={"seed": seed})
-        for proto in ("centralized", "federated", "local"):
-            run = run_protocol(fed, protocol=proto, config=cfg)
+        for proto in ("centralized", "federated", "local") + (("federated_no_features",) if side else ()):
+            if proto == "federated_no_features":
+                run = run_protocol(plain, protocol="federated", config=cfg)
+            else:
+                run = run_protocol(fed, protocol=proto, config=cfg)
             if proto == "local":
                 for party, row in sorted(run.per_party.items()):
                     local.setdefault(party, ([], []))

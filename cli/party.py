@@ -18,6 +18,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
 from cli.http import CliError, Tls, checked, reported, service_client
+from services.data.features import read_features
+from services.data.parsing import DataFormatError
 from services.errors import DomainError, raise_for
 from services.protocol.ids import id_problem
 
@@ -46,6 +48,8 @@ class Kind(str, Enum):
 
     interactions = "interactions"
     social_links = "social-links"
+    user_features = "user-features"  # side information: an id column plus categorical and numeric columns
+    item_features = "item-features"
 
 
 SPLITS = ("train", "valid", "test")
@@ -160,9 +164,25 @@ def ingest(
     chunk_rows: Annotated[
         int, typer.Option(min=1, help="rows per request (each atomic)")
     ] = 100_000,
+    id_column: Annotated[str | None, typer.Option(help=(
+        "features: the CSV's id column (default user_id / item_id)"))] = None,
+    categorical: Annotated[list[str] | None, typer.Option(help=(
+        "features: a CSV column to read as text even where its values look numeric (repeatable)"))] = None,
+    max_categories: Annotated[int, typer.Option(min=1, help=(
+        "features: most distinct values of a categorical column (the party also applies "
+        "PARTY_FEATURE_MAX_CATEGORIES)"))] = 1000,
     *, tls: Tls,
 ) -> None:
-    """Stream a file to a running party's bulk endpoint, one atomic request per chunk."""
+    """Stream a file to a running party's bulk endpoint, one atomic request per chunk.
+
+    --kind user-features / item-features: a CSV with an id column plus categorical and numeric columns, or
+    ML-100K's u.user / u.item (--format ml100k); checked whole before anything is sent.
+    """
+    if kind in (Kind.user_features, Kind.item_features):
+        _ingest_features(file, url=url, token=token, fmt=fmt, kind=kind, tls=tls, max_categories=max_categories,
+                         id_column=id_column or ("user_id" if kind is Kind.user_features else "item_id"),
+                         categorical=categorical or [])
+        return
     media = "application/x-ndjson" if fmt is FileFormat.ndjson else "text/csv"
     endpoint = f"{url.rstrip('/')}/v1/{kind.value}/bulk"
     headers = {"Content-Type": media}
@@ -198,6 +218,36 @@ def ingest(
             stored += len(chunk)
             bar.update(task, completed=raw.tell())
     typer.echo(json.dumps({"rows": stored, "file": str(file), "endpoint": endpoint}))
+
+
+def _ingest_features(file: Path, *, url: str, token: str, fmt: FileFormat, kind: Kind, tls: Tls,
+                     max_categories: int, id_column: str, categorical: list[str]) -> None:
+    """Read and check a whole feature file, then send it in batches of whole users (or items)."""
+    if fmt not in (FileFormat.csv, FileFormat.ml100k):
+        raise CliError(f"--kind {kind.value} reads --format csv or ml100k, not {fmt.value}")
+    try:
+        rows = read_features(file, kind=kind.value, fmt=fmt.value,  # type: ignore[arg-type]
+                             id_column=id_column, max_categories=max_categories, categorical=categorical)
+    except (DataFormatError, UnicodeDecodeError) as exc:
+        raise CliError(str(exc.detail if isinstance(exc, DataFormatError) else f"{file}: not UTF-8 text")) from exc
+    if not rows:
+        raise CliError(f"{file} holds no feature values")
+    endpoint = f"/v1/features/{'users' if kind is Kind.user_features else 'items'}"
+    batches: list[list[dict[str, Any]]] = [[]]
+    by_entity: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        value = {"text": r.text} if r.text is not None else {"number": r.number}
+        by_entity.setdefault(r.entity_id, []).append({"id": r.entity_id, "name": r.name, **value})
+    for values in by_entity.values():  # an entity's values travel together: a batch replaces them whole
+        if len(batches[-1]) + len(values) > FEATURES_PER_REQUEST:
+            batches.append([])
+        batches[-1].extend(values)
+    stored = {"entities": 0, "rows": 0}
+    with _client(url, token, tls, timeout=600) as client:
+        for batch in batches:
+            answer = checked(client.post(endpoint, json={"rows": batch}))
+            stored = {k: stored[k] + int(answer[k]) for k in stored}
+    typer.echo(json.dumps({**stored, "kind": kind.value, "file": str(file), "endpoint": endpoint}))
 
 
 def _pairs(path: Path, default_split: str) -> list[dict[str, str]]:
@@ -254,6 +304,7 @@ def evaluation_split(
 
 
 USERS_PER_REQUEST = 50_000  # the party's JSON row limit
+FEATURES_PER_REQUEST = 50_000
 
 
 def _user_ids(path: Path) -> list[tuple[int, str]]:

@@ -147,13 +147,49 @@ class PrivateUsers(nn.Module):
         return f"PrivateUsers(n_users={self.n_users}, dim={self.dim})"
 
 
+class PrivateFeatures(nn.Module):
+    """A party's side-information rows (never leave the party): one embedding per user attribute value, a node
+    its users link to as to an item, and one per item attribute value, added to its items' e_v^0.
+
+    `item_links` is the (n_items, n_item_tokens) sparse matrix of each item's attribute values, each row
+    scaled to mean 1/|values|, so e_v^0 = item_emb[v] + mean of its values' rows (no value: unchanged).
+    """
+
+    def __init__(self, *, n_user_tokens: int, n_item_tokens: int, dim: int, item_links: torch.Tensor | None = None,
+                 init_std: float = 0.1) -> None:
+        super().__init__()
+        self.n_user_tokens, self.n_item_tokens, self.dim, self.init_std = n_user_tokens, n_item_tokens, dim, init_std
+        self.user_attr_emb = nn.Parameter(torch.empty(n_user_tokens, dim))
+        self.item_attr_emb = nn.Parameter(torch.empty(n_item_tokens, dim))
+        self.item_links = item_links
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """N(0, init_std) rows, as item embeddings."""
+        with torch.no_grad():
+            nn.init.normal_(self.user_attr_emb, std=self.init_std)
+            nn.init.normal_(self.item_attr_emb, std=self.init_std)
+
+    def item_input(self, item_emb: torch.Tensor) -> torch.Tensor:
+        """Layer-0 rows of the party's graph: enriched items, then the user attribute nodes."""
+        items = item_emb
+        if self.item_links is not None and self.n_item_tokens:
+            items = items + torch.sparse.mm(self.item_links, self.item_attr_emb)
+        return torch.cat([items, self.user_attr_emb]) if self.n_user_tokens else items
+
+    def __repr__(self) -> str:
+        return f"PrivateFeatures(user_tokens={self.n_user_tokens}, item_tokens={self.n_item_tokens}, dim={self.dim})"
+
+
 class PartyForward:
     """One round's layer-by-layer forward at party c, kept alive so autograd spans the protocol steps."""
 
     def __init__(self, *, public: PublicModel, private: PrivateItems, graph: g.BipartiteGraph, scale: float,
                  own: PrivateUsers | None = None, own_graph: g.BipartiteGraph | None = None,
-                 item_graph: g.BipartiteGraph | None = None) -> None:
-        """`own`: the party's private users (rows 0.. of `own_graph`, their edges here, exact degrees);
+                 item_graph: g.BipartiteGraph | None = None, item_input: torch.Tensor | None = None) -> None:
+        """`item_input`: layer-0 rows of the graph's items when they are not `private.item_emb` (side
+        information: enriched items, then user attribute nodes; `PrivateFeatures.item_input`).
+        `own`: the party's private users (rows 0.. of `own_graph`, their edges here, exact degrees);
         `item_graph`: every edge of the party, aligned users first then `own`, whose user degrees are the
         ones each side normalises by (scale·N_u^p for aligned users, N_u for private ones) at scale 1."""
         self.public, self.private, self.graph, self.scale = public, private, graph, float(scale)
@@ -161,7 +197,7 @@ class PartyForward:
             raise ValueError("private users need their graph and the party's item graph")
         self.own_graph, self.item_graph = own_graph, item_graph
         self.users: list[torch.Tensor] = [public.user_emb]
-        self.items: list[torch.Tensor] = [private.item_emb]
+        self.items: list[torch.Tensor] = [private.item_emb if item_input is None else item_input]
         self.own_users: list[torch.Tensor] = [] if own is None else [own.user_emb]
         self._own: torch.Tensor | None = None
         self._self_coef: torch.Tensor | None = None
@@ -306,6 +342,14 @@ def build_private(*, config: VerFedGNNConfig, n_items: int, seed: int) -> Privat
     """A party's private item parameters initialised from `seed` without touching the global RNG."""
     with _seeded(seed):
         return PrivateItems(n_items=n_items, dim=config.dim, init_std=config.init_std, rank_bias=config.rank_bias)
+
+
+def build_features(*, config: VerFedGNNConfig, n_user_tokens: int, n_item_tokens: int,
+                   item_links: torch.Tensor | None, seed: int) -> PrivateFeatures:
+    """A party's side-information rows initialised from `seed` without touching the global RNG."""
+    with _seeded(seed):
+        return PrivateFeatures(n_user_tokens=n_user_tokens, n_item_tokens=n_item_tokens, dim=config.dim,
+                               item_links=item_links, init_std=config.init_std)
 
 
 def build_private_users(*, config: VerFedGNNConfig, n_users: int, seed: int) -> PrivateUsers:

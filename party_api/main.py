@@ -93,7 +93,7 @@ def create_app(settings: PartySettings) -> FastAPI:
             rating_max=settings.rating_max, secret=bytes.fromhex(settings.secret) if settings.secret else None,
             peer_identities=settings.peer_identities, dp_policy=DpPolicy.from_settings(settings),
             dev_mode=settings.dev_mode,
-            feedback=settings.feedback, cluster=train_cluster(settings))
+            feedback=settings.feedback, cluster=train_cluster(settings), use_features=settings.use_features)
         cache_class = NoServing if role == "federation" else ModelCache
         app.state.model_cache = cache = cache_class(sessions=sessions, refresh_s=settings.serving_refresh_s,
                                                     on_load=lambda snap: model_version.set(snap.version))

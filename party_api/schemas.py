@@ -14,6 +14,7 @@ from pydantic import (
     StrictStr,
     StringConstraints,
     WithJsonSchema,
+    model_validator,
 )
 
 from services.protocol.ids import EXTERNAL_ID_MAX, NAME_PATTERN, IdStr, checked_id, text_problem
@@ -367,3 +368,54 @@ class ReleaseActivated(BaseModel):
 
     release_id: str
     version: int
+
+
+def _clean_text(value: str) -> str:
+    reason = text_problem(value)
+    if reason is not None:
+        raise ValueError(reason)
+    return value
+
+
+FeatureName = Annotated[str, StringConstraints(min_length=1, max_length=64), AfterValidator(_clean_text)]
+FeatureText = Annotated[str, StringConstraints(min_length=1, max_length=255), AfterValidator(_clean_text)]
+
+
+class FeatureValueCreate(BaseModel):
+    """One attribute value of a user or item: categorical (`text`) or numeric (`number`), exactly one."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: ExternalId
+    name: FeatureName
+    text: FeatureText | None = None
+    number: float | None = Field(None, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _one_value(self) -> FeatureValueCreate:
+        """Exactly one of text and number."""
+        if (self.text is None) == (self.number is None):
+            raise ValueError("give exactly one of text (categorical) and number (numeric)")
+        return self
+
+
+class FeatureBatchCreate(BaseModel):
+    """Attribute values that replace every stored value of the users (or items) they name, atomically."""
+
+    model_config = ConfigDict(extra="forbid")
+    rows: list[FeatureValueCreate] = Field(min_length=1, max_length=MAX_JSON_ROWS)
+
+
+class FeaturesRead(BaseModel):
+    """What a feature upload stored: the users or items it replaced, the values and their columns."""
+
+    kind: Literal["user", "item"]
+    entities: int
+    rows: int
+    columns: list[str]
+
+
+class FeatureCountsRead(BaseModel):
+    """How many attribute values the party holds, by kind (the values themselves are never served)."""
+
+    user: int
+    item: int

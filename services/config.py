@@ -164,6 +164,10 @@ class PartySettings(GuardSettings):
     coordinator_token: str | None = None
     api_keys: list[str] = Field(default_factory=list)
     ingest_batch_rows: int = 50_000
+    # Side information (docs/features.md): a run uses the party's user and item attributes, as private
+    # attribute nodes, unless this is off; an upload is refused when a categorical column would exceed the cap.
+    use_features: bool = True
+    feature_max_categories: int = Field(1000, ge=1, le=100_000)
     host: str = "127.0.0.1"
     port: int = 8001
     # uvicorn worker processes of `fedrec party serve` (each holds its own serving snapshot).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from party_api.routes import federation, health, ingest, serving, social, summary, users
+from party_api.routes import features, federation, health, ingest, serving, social, summary, users
 
 # Federation routers guard themselves with `dependencies=[CoordinatorDep]`,
 # serving routers with `dependencies=[ApiKeyDep]` (see party_api.deps).
@@ -13,6 +13,7 @@ ROUTERS: list[APIRouter] = [
     health.router,
     serving.router,
     ingest.router,
+    features.router,
     users.router,
     summary.router,
     federation.router,

@@ -116,3 +116,21 @@ class PrivacyReservation(PartyBase):
     epsilon: Mapped[float] = mapped_column(Float)
     delta: Mapped[float] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class Feature(PartyBase):
+    """One attribute value of a user or item this party holds (side information; never leaves the party).
+
+    Keyed by the entity's external id, not a row of `users`/`items`: a party may describe users it has no
+    interaction of yet, and erasure deletes a user's rows by that id (`services.party.erasure`).
+    """
+
+    __tablename__ = "features"
+    __table_args__ = (Index(None, "kind", "entity_id"),)
+
+    id: Mapped[int] = mapped_column(IdType, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(8))  # "user" or "item"
+    entity_id: Mapped[str] = mapped_column(String(EXTERNAL_ID_MAX))
+    name: Mapped[str] = mapped_column(String(64))
+    text: Mapped[str | None] = mapped_column(String(255), nullable=True)  # a categorical value
+    number: Mapped[float | None] = mapped_column(Float, nullable=True)  # a numeric value

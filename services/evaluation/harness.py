@@ -11,14 +11,17 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from services.data.features import FeatureRow
 from services.data.splits import vertical_split, with_validation
 from services.data.types import Dataset, Ratings
 from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.coordinator import CoordinatorTrainer
+from services.verfedgnn.features import feature_edges
 from services.verfedgnn.party import PartyTrainer
 from services.verfedgnn.rounds import InProcessFederation
 from services.verfedgnn.types import (
     SPLITS,
+    FeatureEdges,
     MetricSums,
     PartyData,
     RatingTriples,
@@ -37,6 +40,8 @@ class Federation:
     parties: list[PartyData]
     n_users: int
     global_mean: float
+    user_ids: list[str] = field(default_factory=list)  # row k: user_ids[k]
+    item_ids: list[list[str]] = field(default_factory=list)  # party p's local item j: item_ids[p][j]
 
 
 @dataclass
@@ -86,7 +91,31 @@ def build_federation(dataset: Dataset, *, n_parties: int, seed: int) -> Federati
         parties.append(PartyData(party_id=f"party{p}", n_users=len(users), n_items=len(grp), total_items=len(items),
                                  train=cut(dataset.train), valid=cut(dataset.valid), test=cut(dataset.test),
                                  rating_min=dataset.rating_min, rating_max=dataset.rating_max))
-    return Federation(parties, len(users), float(dataset.train.ratings.mean()))
+    return Federation(parties, len(users), float(dataset.train.ratings.mean()), [str(u) for u in users],
+                      [[str(i) for i in grp] for grp in groups])
+
+
+def with_features(fed: Federation, *, users: Sequence[FeatureRow], items: Sequence[FeatureRow],
+                  user_party: int = 0) -> Federation:
+    """`fed` with side information: user features at party `user_party`, item features at their item's party."""
+    uidx = {u: k for k, u in enumerate(fed.user_ids)}
+    parties = []
+    for p, data in enumerate(fed.parties):
+        iidx = {v: k for k, v in enumerate(fed.item_ids[p])}
+        parties.append(replace(data, user_features=feature_edges(users, uidx) if p == user_party else None,
+                               item_features=feature_edges(items, iidx)))
+    return replace(fed, parties=parties)
+
+
+def _merge_edges(parts: Sequence[tuple[FeatureEdges | None, int]]) -> FeatureEdges | None:
+    """One party's links from several (links, entity offset): each part's tokens kept apart."""
+    ents, toks, n = [], [], 0
+    for edges, offset in parts:
+        if edges is not None:
+            ents.append(edges.entities + offset)
+            toks.append(edges.tokens + n)
+            n += edges.n_tokens
+    return FeatureEdges(np.concatenate(ents), np.concatenate(toks), n) if n else None
 
 
 def merge_parties(fed: Federation) -> PartyData:
@@ -101,8 +130,11 @@ def merge_parties(fed: Federation) -> PartyData:
     first = fed.parties[0]
     if len({p.feedback for p in fed.parties}) > 1:
         raise ValueError("explicit and implicit parties cannot be merged into one party")
+    users = _merge_edges([(p.user_features, 0) for p in fed.parties])
+    items = _merge_edges([(p.item_features, int(offsets[k])) for k, p in enumerate(fed.parties)])
     return PartyData("central", fed.n_users, int(offsets[-1]), int(offsets[-1]), cat("train"), cat("valid"),
-                     cat("test"), first.rating_min, first.rating_max, feedback=first.feedback)
+                     cat("test"), first.rating_min, first.rating_max, feedback=first.feedback,
+                     user_features=users, item_features=items)
 
 
 def alone(data: PartyData) -> PartyData:

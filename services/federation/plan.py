@@ -8,7 +8,7 @@ per round over `Link`s and answer the party side's steps through its `Handler`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -172,6 +172,11 @@ class ProtocolPlan(Protocol):
 
     def engine(self, *, config: Any, n_users: int, item_counts: Mapping[str, int], global_mean: float) -> Engine:
         """The coordinator side for one run."""
+        ...
+
+    def with_features(self, data: Any, *, config: Any, user_order: Sequence[str], item_order: Sequence[str],
+                      users: Iterable[Any], items: Iterable[Any]) -> Any:
+        """`data` with the party's attribute rows attached where the protocol's model takes them (else `data`)."""
         ...
 
     def fit_local(self, data: Any, *, fed_rows: Callable[[np.ndarray], np.ndarray], seed: int) -> Any | None:

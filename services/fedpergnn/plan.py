@@ -8,7 +8,7 @@ uploads are summed as sent: FedPerGNN's design has no secure aggregation.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from concurrent.futures import Executor
 from typing import Any, Literal
@@ -133,6 +133,11 @@ class FedPerGNNPlan:
         """The coordinator's trainer and relay."""
         return FedPerGNNEngine(config, CoordinatorTrainer(config=config.train, n_users=n_users,
                                                           item_counts=item_counts, global_mean=global_mean))
+
+    def with_features(self, data: Any, *, config: Any, user_order: Sequence[str], item_order: Sequence[str],
+                      users: Iterable[Any], items: Iterable[Any]) -> Any:
+        """FedPerGNN's model takes no attributes: `data` unchanged."""
+        return data
 
     def fit_local(self, data: Any, *, fed_rows: Callable[[np.ndarray], np.ndarray], seed: int) -> None:
         """FedPerGNN serves its federated scores alone (no local ranking yet)."""

@@ -1,7 +1,7 @@
 """Right to erasure: one function removes a user from every table and every stored artifact of a party.
 
 What a party keeps about a user, and what erasure does with it:
-- tables: the user row, their interactions and social links are deleted;
+- tables: the user row, their interactions, social links and attribute values (side information) are deleted;
 - the serving model (every stored version): the user's row of h_u and user_bias and their id are cut
   out, so predictions and recommendations answer 404;
 - alignments of runs (`alignment:<run>`): the id is replaced by the empty tombstone "" (never a valid
@@ -21,7 +21,6 @@ What a party keeps about a user, and what erasure does with it:
 from __future__ import annotations
 
 import time
-
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -33,6 +32,7 @@ from sqlalchemy.orm import Session
 from services.db.party_tables import Interaction, ModelArtifact, SocialLink, User
 from services.db.session import is_write_conflict
 from services.errors import Conflict, NotFound
+from services.party.features import erase_user_features
 from services.party.serving import mark_changed
 from services.protocol.federation import pack_tree, unpack_tree
 from services.protocol.social import SocialHost
@@ -132,8 +132,13 @@ def erase_user(*, session: Session, external_id: str, federation: FederationServ
     """Remove a user from every table and stored artifact, atomically, then from the services' memory."""
     try:
         user = session.scalar(select(User).where(User.external_id == external_id))
-        if user is None:
+        features = erase_user_features(session=session, external_id=external_id)  # side information goes too
+        if user is None and not features:
             raise NotFound(f"unknown user {external_id!r}", extra={"field": "external_id"})
+        if user is None:  # attributes of a user with no interaction here: they were all the party held
+            session.commit()
+            _checkpoint(session)
+            return Erasure(external_id, 0, 0)
         inter = session.execute(delete(Interaction).where(Interaction.user_id == user.id))
         links = session.execute(delete(SocialLink).where(
             or_(SocialLink.src_user_id == user.id, SocialLink.dst_user_id == user.id)))

@@ -44,6 +44,7 @@ from services.federation.validation import carve_validation
 from services.federation.warm import row_map
 from services.party import fed_store as store
 from services.party.dp_policy import DpPolicy, check_dp_request
+from services.party.features import load_features
 from services.party.serving import ServingModel, publish, release_model
 from services.party.step_checks import check_participants_size, strict_config
 from services.protocol.federation import decode_points, encode_points, pack_tree, unpack_tree
@@ -95,9 +96,10 @@ class FederationService:
     def __init__(self, *, sessions: sessionmaker[Session], party_id: str, rating_min: float,
                  rating_max: float, secret: bytes | None = None, peer_identities: Mapping[str, str] | None = None,
                  dp_policy: DpPolicy | None = None, feedback: Literal["explicit", "implicit"] = "explicit",
-                 cluster: Cluster | None = None, dev_mode: bool = False) -> None:
+                 cluster: Cluster | None = None, dev_mode: bool = False, use_features: bool = True) -> None:
         self.sessions = sessions
         self.dev_mode = dev_mode  # trust on first use of unpinned peer identities: dev mode only
+        self.use_features = use_features  # PARTY_USE_FEATURES: runs use the party's attributes
         self.feedback = feedback
         self.party_id = party_id
         self._secret = secret
@@ -316,6 +318,11 @@ class FederationService:
                                  item_order=run.item_order, total_items=total_items,
                                  rating_range=(self.rating_min, self.rating_max),
                                  local_seed=run.secagg.derived_seed("local", run.seed), feedback=self.feedback)
+        if self.use_features:  # the plan decides whether its model takes attributes (VerFedGNN, outside DP runs)
+            run.data = run.plan.with_features(run.data, config=run.config, user_order=run.user_order,
+                                              item_order=run.item_order,
+                                              users=load_features(session=session, kind="user"),
+                                              items=load_features(session=session, kind="item"))
         return run.data
 
     def start(self, *, run_id: str, request: StartRequest) -> StartResponse:
@@ -363,12 +370,17 @@ class FederationService:
         _close_side(run)
         # ---- distributed training (services.verfedgnn.distributed): a plan that offers it, W > 1
         private = len(getattr(data, "private_user_ids", []))
-        if self.cluster.workers > 1 and hasattr(run.plan, "distributed_party") and private:
+        # the sharded trainer has no attribute nodes yet: a party with side information trains in one process
+        featured = getattr(data, "user_features", None) is not None or getattr(data, "item_features", None) is not None
+        if self.cluster.workers > 1 and hasattr(run.plan, "distributed_party") and featured:
+            log.warning("run %s: this party's attributes train in one process (PARTY_TRAIN_WORKERS=%d applies to runs "
+                        "without side information)", run.run_id, self.cluster.workers)
+        elif self.cluster.workers > 1 and hasattr(run.plan, "distributed_party") and private:
             # the sharded trainer does not train users outside the intersection yet: this run uses one process
             log.warning("run %s: %d users outside the intersection, so this party trains in one process "
                         "(PARTY_TRAIN_WORKERS=%d applies to runs where every user is aligned)",
                         run.run_id, private, self.cluster.workers)
-        if self.cluster.workers > 1 and hasattr(run.plan, "distributed_party") and not private:
+        if self.cluster.workers > 1 and hasattr(run.plan, "distributed_party") and not private and not featured:
             run.side = run.plan.distributed_party(config=run.config, data=data, seeds=seeds,
                                                   item_counts=request.item_counts, aggregation=aggregation,
                                                   cluster=self.cluster)

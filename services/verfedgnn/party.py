@@ -29,9 +29,11 @@ from models.metrics import RELEVANT_THRESHOLD, error_sums, ndcg_sum
 from models.scoring import serving_scores
 from models.vertical import (
     PartyForward,
+    PrivateFeatures,
     PrivateItems,
     PrivateUsers,
     PublicModel,
+    build_features,
     build_private,
     build_private_users,
     build_public,
@@ -54,6 +56,7 @@ from services.verfedgnn.config import (
 from services.verfedgnn.types import (
     RANK_K,
     SPLITS,
+    FeatureEdges,
     GradientUpload,
     MetricSums,
     PartyData,
@@ -64,6 +67,7 @@ from services.verfedgnn.types import (
 from services.verfedgnn.warm import load_mapped
 
 _DENSE_PHI_LIMIT = 20_000_000  # q·N entries below which Φ is cached densely (fast matmuls)
+_FEATURES_TAG = 0x464541  # separates the side-information rows' initialisation from the item initialisation
 _OWN_USERS_TAG = 0x4F574E  # separates the private user rows' initialisation from the item initialisation
 _VALID_SAMPLE_TAG = 0x56524B  # separates the validation ranking sample's draw from every other seeded draw
 # At most this many aligned validation users per party are ranked each round (a sample seeded by the party,
@@ -114,6 +118,15 @@ def _csr(users: np.ndarray, rows: np.ndarray, items: np.ndarray) -> tuple[np.nda
     return ptr, items[mine][order].astype(np.int64)
 
 
+def _item_links(features: FeatureEdges, n_items: int) -> torch.Tensor:
+    """(n_items, n_tokens) sparse matrix with 1/|values of v| at each (v, value of v): a mean over the values."""
+    per_item = np.bincount(features.entities, minlength=n_items).astype(np.float32)
+    values = 1.0 / per_item[features.entities]
+    index = torch.from_numpy(np.stack([features.entities, features.tokens]).astype(np.int64))
+    return torch.sparse_coo_tensor(index, torch.from_numpy(values), (n_items, features.n_tokens),
+                                   check_invariants=False).coalesce()
+
+
 def _tensors(t: RatingTriples) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return torch.from_numpy(t.users), torch.from_numpy(t.items), torch.from_numpy(t.ratings)
 
@@ -150,16 +163,26 @@ class PartyTrainer:
                                 "which needs rank_weight > 0")
         # only high ratings are graph edges (all ratings are targets); every implicit interaction is one
         keep = self._edges(tr)
-        self.graph = BipartiteGraph.from_edges(torch.from_numpy(tr.users[keep]), torch.from_numpy(tr.items[keep]),
-                                               n_users=data.n_users, n_items=data.n_items,
-                                               levels=torch.from_numpy(self._levels(tr.ratings[keep])),
-                                               n_levels=max(1, config.rating_levels))
+        # A user attribute value this party holds is a node of its graph after its items (a user links to it
+        # as to an item): it reaches the aligned users' contribution, never a message of its own.
+        ut, it = data.user_features, data.item_features  # None: the party holds none (or PARTY_USE_FEATURES off)
+        self._n_user_tokens = ut.n_tokens if ut is not None else 0
+        self.n_graph_items = data.n_items + self._n_user_tokens
+        self.graph = self._graph(tr.users[keep], tr.items[keep], tr.ratings[keep], rows=(0, data.n_users))
         self.scale = data.total_items / max(1, data.n_items)
         self.public: PublicModel = build_public(config=self.arch, n_users=data.n_users, seed=seed)
         init_seed = (seed * 1_000_003 + party_number(self.party_id) % 1_000_003 if local_seed is None
                      else local_seed % (2**63))
         self.private: PrivateItems = build_private(config=self.arch, n_items=data.n_items, seed=init_seed)
         self.optimizer = make_optimizer(config, list(self.private.parameters()), config.private_lr)
+        self.features: PrivateFeatures | None = None
+        self._feature_optimizer: torch.optim.Optimizer | None = None
+        if self._n_user_tokens or (it is not None and it.n_tokens):
+            self.features = build_features(config=self.arch, n_user_tokens=self._n_user_tokens,
+                                           n_item_tokens=it.n_tokens if it is not None else 0,
+                                           item_links=_item_links(it, data.n_items) if it is not None else None,
+                                           seed=(init_seed ^ _FEATURES_TAG) % (2**63))
+            self._feature_optimizer = make_optimizer(config, list(self.features.parameters()), config.private_lr)
         self._splits = {name: _tensors(data.aligned(name)) for name in SPLITS}
         self._user_counts = _counts(tr.users, data.n_users)
         self._item_counts = _counts(tr.items, data.n_items)
@@ -189,10 +212,8 @@ class PartyTrainer:
         data, config = self.data, self.config
         own = data.private("train")
         keep = self._edges(own)
-        graph = BipartiteGraph.from_edges(torch.from_numpy(own.users[keep]), torch.from_numpy(own.items[keep]),
-                                          n_users=data.n_private, n_items=data.n_items,
-                                          levels=torch.from_numpy(self._levels(own.ratings[keep])),
-                                          n_levels=max(1, config.rating_levels))
+        graph = self._graph(own.users[keep], own.items[keep], own.ratings[keep],
+                            rows=(data.n_users, data.n_users + data.n_private))
         # An item's degree is every edge it has here: the private users' neighbourhoods are exact at this party.
         self._own_graph = replace(graph, item_degree=graph.item_degree + self.graph.item_degree, cache={})
         self._item_graph = party_item_graph(self.graph, graph, self.scale)
@@ -206,6 +227,23 @@ class PartyTrainer:
         self._own = _Targets(_tensors(own), _counts(own.users, data.n_private), _counts(own.items, data.n_items),
                              self.own_users.user_bias, self.own_users.user_emb,
                              self._rank_targets(own) if config.rank_weight > 0 else None)
+
+    def _graph(self, users: np.ndarray, items: np.ndarray, ratings: np.ndarray, *,
+               rows: tuple[int, int]) -> BipartiteGraph:
+        """The graph of rating edges of users `rows` (PartyData rows lo..hi-1, indexed from 0 here) plus their
+        links to this party's user attribute nodes (items n_items.., at the top rating level)."""
+        lo, hi = rows
+        levels = self._levels(ratings)
+        ut = self.data.user_features if self._n_user_tokens else None
+        if ut is not None:
+            mine = (ut.entities >= lo) & (ut.entities < hi)
+            users = np.concatenate([users, ut.entities[mine] - lo])
+            items = np.concatenate([items, ut.tokens[mine] + self.data.n_items])
+            levels = np.concatenate([levels, np.full(int(mine.sum()), max(0, self.config.rating_levels - 1),
+                                                     dtype=np.int64)])
+        return BipartiteGraph.from_edges(torch.from_numpy(users), torch.from_numpy(items), n_users=hi - lo,
+                                         n_items=self.n_graph_items, levels=torch.from_numpy(levels),
+                                         n_levels=max(1, self.config.rating_levels))
 
     def _ranking_targets(self) -> _ValidRanking | None:
         """Who the validation NDCG ranks: aligned users with a relevant validation item (rating >= 4; every
@@ -312,11 +350,14 @@ class PartyTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         if self._own_optimizer is not None:
             self._own_optimizer.zero_grad(set_to_none=True)
+        if self._feature_optimizer is not None:
+            self._feature_optimizer.zero_grad(set_to_none=True)
         self._round = round_index
         own = {} if self.own_users is None else {"own": self.own_users, "own_graph": self._own_graph,
                                                  "item_graph": self._item_graph}
+        item_input = None if self.features is None else self.features.item_input(self.private.item_emb)
         self._forward = PartyForward(public=self.public, private=self.private, graph=self.graph, scale=self.scale,
-                                     **own)  # type: ignore[arg-type]
+                                     item_input=item_input, **own)  # type: ignore[arg-type]
 
     def _require(self) -> PartyForward:
         if self._forward is None:
@@ -351,6 +392,7 @@ class PartyTrainer:
             h_u, h_v = fwd.final()
         except ValueError as exc:
             raise ProtocolError(str(exc)) from exc
+        h_v = h_v[:self.data.n_items]  # the attribute nodes after the items are never scored or served
         loss = self._loss(h_u, h_v)
         h_own = self._own_backward(fwd, h_v)  # before loss.backward(): they share the item path
         loss.backward()
@@ -365,6 +407,8 @@ class PartyTrainer:
         if self.config.dp_epsilon is not None:  # held-out ratings are not randomized: their sums stay here
             metrics = {"train": metrics["train"]}
         self.optimizer.step()
+        if self._feature_optimizer is not None:
+            self._feature_optimizer.step()
         if h_own is not None and self.own_users is not None and self._own_optimizer is not None:
             self._last_own = (h_own, self.own_users.user_bias.detach().numpy().copy())
             self._own_optimizer.step()
@@ -391,7 +435,8 @@ class PartyTrainer:
         except ValueError as exc:
             raise ProtocolError(str(exc)) from exc
         loss = self._loss(h_own, h_v, self._own)
-        params = [p for p in (*self.private.parameters(), *self.own_users.parameters()) if p.requires_grad]
+        features = () if self.features is None else tuple(self.features.parameters())
+        params = [p for p in (*self.private.parameters(), *self.own_users.parameters(), *features) if p.requires_grad]
         grads = torch.autograd.grad(loss, params, allow_unused=True, retain_graph=True)
         for p, g in zip(params, grads):
             if g is not None:
@@ -421,6 +466,8 @@ class PartyTrainer:
                                    + (t.item_counts * h_v.pow(2).sum(1)).sum())
         if c.weight_decay > 0:  # aligned users' e_u^0: the coordinator applies it (it holds them)
             loss = loss + ramp * c.weight_decay * t.decayed.pow(2).sum()
+            if self.features is not None and targets is None:  # attribute rows are e^0 rows of this party too
+                loss = loss + ramp * c.weight_decay * sum(p.pow(2).sum() for p in self.features.parameters())
         if c.reg_bias > 0 and not self.data.implicit:
             loss = loss + c.reg_bias * ((t.user_counts * t.user_bias.pow(2)).sum()
                                         + (t.item_counts * prv.item_bias.pow(2)).sum())
@@ -493,6 +540,9 @@ class PartyTrainer:
                 "ids": np.array(self.data.private_user_ids, dtype=str),
                 "rows": {k: v.detach().clone() for k, v in self.own_users.state_dict().items()},
                 "optimizer": copy.deepcopy(self._own_optimizer.state_dict())}
+        if self.features is not None and self._feature_optimizer is not None:
+            state["features"] = {"rows": {k: v.detach().clone() for k, v in self.features.state_dict().items()},
+                                 "optimizer": copy.deepcopy(self._feature_optimizer.state_dict())}
         return state
 
     def load_state_dict(self, state: dict[str, object]) -> None:
@@ -503,6 +553,10 @@ class PartyTrainer:
         own = state.get("private_users")
         if isinstance(own, dict) and self.own_users is not None and self._own_optimizer is not None:
             self._load_own(own)
+        feats = state.get("features")
+        if isinstance(feats, dict) and self.features is not None and self._feature_optimizer is not None:
+            self.features.load_state_dict(feats["rows"])
+            self._feature_optimizer.load_state_dict(feats["optimizer"])
         self._round = state["round"]  # type: ignore[assignment]
         self._forward = None
 

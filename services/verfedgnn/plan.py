@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from concurrent.futures import Executor
 from typing import Any, Literal
@@ -19,6 +19,7 @@ from services.federation.validation import carve_validation
 from services.verfedgnn.config import RUN_DEFAULTS, TrainConfig, VerFedGNNRunConfig, model_config, run_config
 from services.verfedgnn.coordinator import CoordinatorTrainer
 from services.verfedgnn.distributed import Cluster, DistributedPartyTrainer
+from services.verfedgnn.features import attach_features
 from services.verfedgnn.local import fit_local
 from services.verfedgnn.party import PartyTrainer
 from services.verfedgnn.presets import DEFAULT_PRESET, PRESETS, protocol_preset
@@ -161,6 +162,14 @@ class VerFedGNNPlan:
         """The coordinator's trainer."""
         return VerFedGNNEngine(CoordinatorTrainer(config=config, n_users=n_users, item_counts=item_counts,
                                                   global_mean=global_mean))
+
+    def with_features(self, data: PartyData, *, config: TrainConfig, user_order: Sequence[str],
+                      item_order: Sequence[str], users: Iterable[Any], items: Iterable[Any]) -> PartyData:
+        """The party's attribute links attached (`services.verfedgnn.features`); a DP run leaves them out: DP covers
+        interactions only, so the attributes stay out rather than be released unprotected."""
+        if config.dp_epsilon is not None:
+            return data
+        return attach_features(data, user_order=user_order, item_order=item_order, users=users, items=items)
 
     def fit_local(self, data: Any, *, fed_rows: Callable[[np.ndarray], np.ndarray], seed: int) -> LocalRanking:
         """The party's EASE blended with its federated scores (`services.verfedgnn.local`)."""

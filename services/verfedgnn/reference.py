@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from services.crypto.secagg import SecAggParty
+from services.data.features import FeatureRow
 from services.data.types import Dataset, Ratings
 from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.coordinator import CoordinatorTrainer
+from services.verfedgnn.features import attach_features
 from services.verfedgnn.party import PartyTrainer
 from services.verfedgnn.private_data import training_data
 from services.verfedgnn.rounds import InProcessFederation
@@ -35,8 +37,13 @@ def _all_ratings(ds: Dataset) -> tuple[list[str], list[str], np.ndarray, np.ndar
     return users, items, ratings, codes
 
 
-def party_datas(parties: Mapping[str, Dataset], *, include_private: bool = False) -> dict[str, PartyData]:
+def party_datas(parties: Mapping[str, Dataset], *, include_private: bool = False,
+                features: Mapping[str, tuple[Sequence[FeatureRow], Sequence[FeatureRow]]] | None = None,
+                ) -> dict[str, PartyData]:
     """PartyData per party over the common users sorted by id (what PSI + the parties' DB load produce).
+
+    `features`: a party's (user, item) attribute rows, attached as a party with PARTY_USE_FEATURES attaches
+    what it stores.
 
     `include_private`: each party's users outside the intersection become its private users, as a
     VerFedGNN party loads them (off: they are dropped, as the experiments that index users globally need).
@@ -51,6 +58,9 @@ def party_datas(parties: Mapping[str, Dataset], *, include_private: bool = False
         out[p] = build_party_data(party_id=p, user_order=common, item_order=items[p], users=u, items=i, ratings=r,
                                   codes=c, total_items=total, rating_min=ds.rating_min, rating_max=ds.rating_max,
                                   include_private=include_private)
+        if features and p in features:
+            out[p] = attach_features(out[p], user_order=common, item_order=items[p], users=features[p][0],
+                                     items=features[p][1])
     return out
 
 
@@ -110,7 +120,9 @@ class ReferenceResult:
 
 
 def run_reference(*, parties: Mapping[str, Dataset], config: TrainConfig, rounds: int,
-                  secrets: Mapping[str, bytes] | None = None) -> ReferenceResult:
+                  secrets: Mapping[str, bytes] | None = None,
+                  features: Mapping[str, tuple[Sequence[FeatureRow], Sequence[FeatureRow]]] | None = None,
+                  ) -> ReferenceResult:
     """Train in-process with the HTTP transport's construction (`build_federation` over `party_datas`, each
     party's non-aligned users as its private users).
 
@@ -118,6 +130,7 @@ def run_reference(*, parties: Mapping[str, Dataset], config: TrainConfig, rounds
     parties); masked rounds when `config.secure_aggregation`, as the coordinator plays them.
     """
     started = time.perf_counter()
-    fed = build_federation(party_datas(parties, include_private=True), config=config, secrets=secrets).federation
+    datas = party_datas(parties, include_private=True, features=features)
+    fed = build_federation(datas, config=config, secrets=secrets).federation
     history = [fed.run_round(t) for t in range(rounds)]
     return ReferenceResult(history, time.perf_counter() - started, fed)

@@ -42,6 +42,16 @@ class RatingTriples:
 
 
 @dataclass(frozen=True)
+class FeatureEdges:
+    """A party's side information as links (entity row, attribute token): tokens 0..n_tokens-1 are this party's
+    attribute values (a categorical value, or a numeric column's quantile bin; `services.data.features`)."""
+
+    entities: np.ndarray  # int64: user rows (PartyData's order) or party-local item indices
+    tokens: np.ndarray  # int64
+    n_tokens: int
+
+
+@dataclass(frozen=True)
 class PartyData:
     """What one party holds: its items' ratings by split, for the aligned users and its own other users.
 
@@ -63,6 +73,9 @@ class PartyData:
     # the party then trains the ranking objective only and reports no rating errors
     feedback: Literal["explicit", "implicit"] = "explicit"
     private_user_ids: list[str] = field(default_factory=list)  # users n_users.. : this party's, not aligned
+    # side information held by this party (never leaves it): user rows → attribute nodes, items → attributes
+    user_features: FeatureEdges | None = None
+    item_features: FeatureEdges | None = None
 
     @property
     def n_private(self) -> int:
