@@ -1,7 +1,10 @@
 """Accuracy benchmark: centralized vs federated (privacy on) vs local-only on one data set.
 
 Prints progress lines, then ONE JSON line (last) with "centralized", "federated" and
-"local_only" (one entry per party), each {"rmse_mean", "rmse_std", "mae_mean"}.
+"local_only" (one entry per party), each {"rmse_mean", "rmse_std", "mae_mean"}. "federated" is what a
+release serves: the federated model combined with each party's own rating component
+(services.party.rating_component); "federated_unblended" is the federated model alone and
+"local_component" the parties' components alone (pooled over the parties' test ratings).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from services.evaluation.harness import build_federation, ensure_validation, run_protocol
+from services.evaluation.rating_component import run_blended
+from services.party.rating_component import ComponentConfig
 from services.evaluation.runner import PRESETS, load_dataset, preset_values
 from services.verfedgnn.config import TrainConfig
 
@@ -39,11 +44,14 @@ def main() -> None:
     ap.add_argument("--valid-fraction", type=float, default=0.1)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--set", nargs="*", default=[], help="config overrides key=json-value")
+    ap.add_argument("--component", default="{}", help="rating component settings (JSON, ComponentConfig)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     overrides = {k: json.loads(v) for k, v in (s.split("=", 1) for s in args.set)}
     config = TrainConfig(**{**preset_values(args.preset, args.model), **overrides})
-    res: dict[str, tuple[list[float], list[float]]] = {"centralized": ([], []), "federated": ([], [])}
+    component = ComponentConfig(**json.loads(args.component))
+    res: dict[str, tuple[list[float], list[float]]] = {"centralized": ([], []), "federated": ([], []),
+                                                       "federated_unblended": ([], []), "local_component": ([], [])}
     local: dict[str, tuple[list[float], list[float]]] = {}
     started = time.time()
     for seed in range(args.seeds):
@@ -52,7 +60,18 @@ def main() -> None:
         fed = build_federation(ds, n_parties=args.parties, seed=seed)
         cfg = config.model_copy(update={"seed": seed})
         for proto in ("centralized", "federated", "local"):
-            run = run_protocol(fed, protocol=proto, config=cfg)
+            if proto == "federated":  # the served combination, the federated model alone, the component alone
+                blended = run_blended(fed, config=cfg, component=component)
+                run = blended.run
+                for key, rmse, mae in (("federated_unblended", blended.rmse_unblended, blended.mae_unblended),
+                                       ("local_component", blended.rmse_component, blended.mae_component)):
+                    res[key][0].append(rmse)
+                    res[key][1].append(mae)
+                run.rmse, run.mae = blended.rmse, blended.mae
+                print(f"seed {seed} federated_unblended: rmse {blended.rmse_unblended:.4f} local_component: rmse "
+                      f"{blended.rmse_component:.4f} per_party {blended.per_party}", flush=True)
+            else:
+                run = run_protocol(fed, protocol=proto, config=cfg)
             if proto == "local":
                 for party, row in sorted(run.per_party.items()):
                     local.setdefault(party, ([], []))
@@ -67,6 +86,7 @@ def main() -> None:
     out = {k: stats(*v) for k, v in res.items()}
     out["local_only"] = [{"party": p, **stats(*v)} for p, v in sorted(local.items())]
     out["config"] = config.model_dump()
+    out["component"] = component.model_dump()
     out["seconds"] = round(time.time() - started, 1)
     print(json.dumps(out))
 

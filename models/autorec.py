@@ -31,17 +31,21 @@ class AutoRecConfig(BaseModel):
 class ItemAutoRec(nn.Module):
     """r̂_i = W sigmoid(V r_i + c) + b over item rating vectors r_i ∈ R^n_users."""
 
-    def __init__(self, *, n_users: int, hidden: int) -> None:
+    def __init__(self, *, n_users: int, hidden: int, generator: torch.Generator | None = None) -> None:
         super().__init__()
         self.n_users, self.hidden = n_users, hidden
         self.encoder = nn.Linear(n_users, hidden)
         self.decoder = nn.Linear(hidden, n_users)
-        self.reset_parameters()
+        self.reset_parameters(generator)
 
-    def reset_parameters(self) -> None:
-        """PyTorch's default Linear initialization (the module's rng: seed it with torch.manual_seed)."""
-        self.encoder.reset_parameters()
-        self.decoder.reset_parameters()
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        """U(±1/√fan_in) for weights and biases, drawn from `generator` (never the global rng: a party
+        fits this inside a server whose other threads use torch too)."""
+        for layer in (self.encoder, self.decoder):
+            bound = 1.0 / layer.in_features ** 0.5
+            with torch.no_grad():
+                layer.weight.uniform_(-bound, bound, generator=generator)
+                layer.bias.uniform_(-bound, bound, generator=generator)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """Item codes h_i = sigmoid(V r_i + c)."""
@@ -83,8 +87,7 @@ def fit_item_autorec(*, users: np.ndarray, items: np.ndarray, ratings: np.ndarra
                      config: AutoRecConfig, seed: int) -> AutoRecFactors:
     """Train I-AutoRec with Adam on mini-batches of items for `config.epochs` epochs (seeded)."""
     gen = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)  # nn.Linear's initialization draws from the global generator
-    net = ItemAutoRec(n_users=n_users, hidden=config.hidden)
+    net = ItemAutoRec(n_users=n_users, hidden=config.hidden, generator=gen)
     x, mask = item_matrix(users=users, items=items, ratings=ratings, n_users=n_users, n_items=n_items)
     opt = torch.optim.Adam(net.parameters(), lr=config.lr)
     n_obs = max(float(mask.sum()), 1.0)

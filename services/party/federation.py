@@ -35,6 +35,7 @@ from services.federation.plan import PartySide, ProtocolPlan, RatingTable, Seeds
 from services.federation.warm import row_map
 from services.party import fed_store as store
 from services.party.dp_policy import DpPolicy, check_dp_request
+from services.party.rating_component import with_component
 from services.party.serving import ServingModel, publish, release_model
 from services.protocol.federation import decode_points, encode_points, pack_tree, unpack_tree
 from services.verfedgnn.distributed import Cluster
@@ -66,6 +67,7 @@ class _Run:
     done: int = -1  # last round this party finished (its snapshot exists)
     current: tuple[int, int] | None = None  # (round, attempt) in progress
     last: tuple[int, int, str, int] | None = None  # the latest step answered (a recovery may follow only it)
+    published: dict[int, ServingModel] = field(default_factory=dict)  # round -> model with its component (a retry reuses it)
     cache: dict[tuple[int, int, str, int], bytes] = field(default_factory=dict)
     warm: WarmStartRef | None = None  # the release a warm run starts from
 
@@ -468,11 +470,18 @@ class FederationService:
             run = self._run(session, run_id)
             kept = store.get_artifact(session=session, name=f"{BEST_MODEL}{run_id}", max_version=round_index + 2)
             if kept is not None and kept[0] == round_index + 2:
-                return publish(session=session, model=ServingModel.from_bytes(kept[1]), release_id=release_id)
-            if round_index != run.done:
+                model = ServingModel.from_bytes(kept[1])
+            elif round_index != run.done:
                 raise ProtocolError(f"round {round_index} is neither this party's latest finished round ({run.done}) "
                                     "nor one it kept", extra={"field": "round_index"})
-            return publish(session=session, model=self._serving(run, round_index), release_id=release_id)
+            else:
+                model = self._serving(run, round_index)
+            # the party's own rating component, fitted here on its own data (services.party.rating_component);
+            # kept per round, so a publish the coordinator retries after its timeout does not fit again
+            if round_index not in run.published:
+                run.published = {round_index: with_component(model, data=run.data, seed=run.seed)[0]}
+            model = run.published[round_index]
+            return publish(session=session, model=model, release_id=release_id)
 
     def _serving(self, run: _Run, round_index: int) -> ServingModel:
         """The serving model of the latest completed forward (the caller holds the lock)."""

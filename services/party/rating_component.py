@@ -9,7 +9,7 @@ stored inside the party's serving model and `ServingModel.scores` applies it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -17,8 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from models import rating_blend
 from models.autorec import AutoRecConfig, fit_item_autorec
+from services.party.serving import ServingModel
 from services.verfedgnn.types import PartyData
 
+PER_USER = ("user_weight", "user_offset", "user_group")  # the stored component's arrays with one row per user
 MIN_VALID = 20  # fewer validation ratings than this: no combination is fitted (the federated model serves alone)
 
 
@@ -90,3 +92,22 @@ def from_tree(tree: dict[str, Any]) -> FittedComponent:
     nan = float("nan")
     return FittedComponent({k: np.asarray(v) for k, v in tree.items()},
                            {"federated": nan, "component": nan, "combined": nan})
+
+
+def with_component(model: ServingModel, *, data: Any, seed: int,
+                   config: ComponentConfig = ComponentConfig()) -> tuple[ServingModel, FittedComponent | None]:
+    """`model` with the party's component fitted on `data` (the run's PartyData, in the model's indices)
+    attached, and the fit; the model unchanged (and None) when there is nothing to fit or the
+    combination is not better than the federated model on validation."""
+    if (not isinstance(data, PartyData) or model.feedback == "implicit" or model.rating_component is not None
+            or len(model.user_ids) != data.n_users + data.n_private or len(model.item_ids) != data.n_items):
+        return model, None
+    fitted = fit_component(data=data, base=model.scores, config=config, seed=seed)
+    if fitted is None or not fitted.valid_rmse["combined"] <= fitted.valid_rmse["federated"]:
+        return model, None
+    return replace(model, rating_component=fitted.tree), fitted
+
+
+def cut_component_rows(tree: dict[str, Any], keep: np.ndarray) -> dict[str, Any]:
+    """The stored component without the users whose `keep` is false (erasure: their rows of W, b, group)."""
+    return {k: (np.asarray(v)[keep] if k in PER_USER else v) for k, v in tree.items()}

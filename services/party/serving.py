@@ -9,7 +9,7 @@ erasure) call `mark_changed` in their transaction so every serving process notic
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -18,6 +18,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from models.rating_blend import apply_tree
 from models.scoring import serving_scores
 from services.db.party_tables import FederationState, ModelArtifact
 from services.errors import NotFound, ValidationFailed
@@ -50,6 +51,9 @@ class ServingModel:
     rank_bias: np.ndarray | None = None  # float32 (M,): c_v of a model trained with the ranking objective
     rating_dim: int = 0  # leading coordinates of h that the rating uses (0: all of them)
     feedback: str = "explicit"  # implicit: the party trained the ranking objective only, it has no ratings
+    # the party's own rating component and its combination with r̂, fitted at publish
+    # (services.party.rating_component); `scores` serves the combination when present
+    rating_component: dict[str, np.ndarray] | None = None
 
     def to_bytes(self) -> bytes:
         """Artifact bytes (npz, no pickle)."""
@@ -80,7 +84,15 @@ class ServingModel:
         d = self.rating_dim or self.h_u.shape[1]
         raw = (self.global_bias + self.user_bias[users] + self.item_bias[items]
                + np.einsum("nd,nd->n", self.h_u[users, :d], self.h_v[items, :d]))
-        return np.clip(raw, self.rating_min, self.rating_max)
+        federated = np.clip(raw, self.rating_min, self.rating_max)
+        if self.rating_component is None:
+            return federated
+        return apply_tree(self.rating_component, users=users, items=items, base=federated, low=self.rating_min,
+                          high=self.rating_max)
+
+    def without_component(self) -> ServingModel:
+        """The same model serving the federated prediction alone."""
+        return replace(self, rating_component=None)
 
     def rank_scores(self, user: int, items: np.ndarray) -> np.ndarray:
         """The ranking score of one user against `items`, unclipped (no ties at the top of the scale)."""
