@@ -235,6 +235,9 @@ class PublishResponse(BaseModel):
     """Version of the stored serving model."""
 
     version: int
+    valid_sse: float | None = Field(None, description="squared error of the stored model's served ratings on "
+                                    "this party's validation split (with its rating component)")
+    valid_count: int | None = Field(None, description="validation ratings `valid_sse` covers")
 
 
 class SplitRow(BaseModel):

@@ -35,7 +35,7 @@ from services.federation.plan import PartySide, ProtocolPlan, RatingTable, Seeds
 from services.federation.warm import row_map
 from services.party import fed_store as store
 from services.party.dp_policy import DpPolicy, check_dp_request
-from services.party.rating_component import with_component
+from services.party.rating_component import served_valid_sums, with_component
 from services.party.serving import ServingModel, publish, release_model
 from services.protocol.federation import decode_points, encode_points, pack_tree, unpack_tree
 from services.verfedgnn.distributed import Cluster
@@ -482,6 +482,14 @@ class FederationService:
                 run.published = {round_index: with_component(model, data=run.data, seed=run.seed)[0]}
             model = run.published[round_index]
             return publish(session=session, model=model, release_id=release_id)
+
+    def served_valid(self, *, run_id: str, round_index: int) -> tuple[float, int] | None:
+        """(squared error, count) of the model published for `round_index` on this party's validation ratings,
+        as served (the release gate compares them); None when there are none."""
+        with self._lock:
+            run = self._runs.get(run_id)
+            model = None if run is None else run.published.get(round_index)
+            return None if model is None or run is None else served_valid_sums(model, data=run.data)
 
     def _serving(self, run: _Run, round_index: int) -> ServingModel:
         """The serving model of the latest completed forward (the caller holds the lock)."""

@@ -111,3 +111,14 @@ def with_component(model: ServingModel, *, data: Any, seed: int,
 def cut_component_rows(tree: dict[str, Any], keep: np.ndarray) -> dict[str, Any]:
     """The stored component without the users whose `keep` is false (erasure: their rows of W, b, group)."""
     return {k: (np.asarray(v)[keep] if k in PER_USER else v) for k, v in tree.items()}
+
+
+def served_valid_sums(model: ServingModel, *, data: Any) -> tuple[float, int] | None:
+    """(Σ squared error, count) of `model`'s served ratings on `data`'s validation split (None: none to score)."""
+    if not isinstance(data, PartyData) or data.implicit or model.feedback == "implicit" or len(data.valid) == 0:
+        return None
+    if len(model.user_ids) != data.n_users + data.n_private or len(model.item_ids) != data.n_items:
+        return None
+    va = data.valid
+    err = model.scores(va.users, va.items) - va.ratings.astype(np.float64)
+    return float(np.sum(err ** 2)), len(va)

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
-from cli.localfed import API_KEY
+from cli.localfed import ADMIN, API_KEY
 from services.data.types import Ratings
 from services.db.party_tables import ModelArtifact
 from services.evaluation.rating_component import component_for
@@ -76,6 +76,7 @@ def _pairs(fed: Federation, pid: str) -> list[dict[str, str]]:
 def test_a_run_with_no_settings_serves_the_harness_combination(done: tuple[Federation, dict[str, Any]]) -> None:
     fed, status = done
     expected: dict[tuple[str, str, str], float] = {}
+    valid_sse, valid_count = 0.0, 0
     for pid in sorted(fed.parties):
         model = _served_model(fed, pid)
         assert model.run_id == status["run_id"]
@@ -84,6 +85,10 @@ def test_a_run_with_no_settings_serves_the_harness_combination(done: tuple[Feder
         fitted = component_for(model.without_component(), data, config=ComponentConfig(), seed=SEED)
         assert fitted is not None
         assert fitted.valid_rmse["combined"] <= fitted.valid_rmse["federated"] + 1e-12
+        va = data.valid
+        err = fitted.predict(users=va.users, items=va.items, base=model.without_component().scores(va.users, va.items),
+                             low=1.0, high=5.0) - va.ratings
+        valid_sse, valid_count = valid_sse + float(np.sum(err ** 2)), valid_count + len(va)
         te = data.test
         base = model.without_component().scores(te.users, te.items)
         harness = fitted.predict(users=te.users, items=te.items, base=base, low=1.0, high=5.0)
@@ -105,3 +110,10 @@ def test_a_run_with_no_settings_serves_the_harness_combination(done: tuple[Feder
     assert len(rows) == len(pairs)
     got = np.array([row["rating"] for row in rows])
     np.testing.assert_allclose(got, [expected[(p["party_id"], p["user_id"], p["item_id"])] for p in pairs], atol=1e-4)
+    # the release gate compares the served figure: the release's validation RMSE is the combination's
+    r = fed.http.get(f"{fed.coordinator.url}/v1/releases", headers={"Authorization": f"Bearer {ADMIN}"})
+    assert r.status_code == 200, r.text
+    (release,) = [x for x in r.json() if x["run_id"] == status["run_id"]]
+    assert release["valid_rmse"] == pytest.approx(np.sqrt(valid_sse / valid_count), abs=1e-5)
+    assert release["metrics"]["valid_rmse"] == release["valid_rmse"]
+    assert release["valid_rmse"] <= release["metrics"]["valid_rmse_trained"] + 1e-9
