@@ -22,9 +22,11 @@ class AutoRecConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     hidden: int = Field(500, ge=1)
-    l2: float = Field(1.0, ge=0.0)  # λ/2·(‖W‖² + ‖V‖²), summed, as in the paper
+    # λ/2·(‖W‖² + ‖V‖²) beside the summed squared errors, as in the paper; on ML-100K u1 (party 0, seed 0)
+    # λ = 1 overfits (valid 1.019 after 100 epochs), 1000 underfits (1.014 at 40), 100 gave 0.9235 at 40
+    l2: float = Field(100.0, ge=0.0)
     lr: float = Field(1e-3, gt=0.0)
-    epochs: int = Field(200, ge=1)
+    epochs: int = Field(40, ge=1)
     batch: int = Field(64, ge=1)  # items per step
 
 
