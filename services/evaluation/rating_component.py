@@ -8,19 +8,18 @@ federated model alone and the component alone, pooled over the parties' test rat
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from services.evaluation.harness import Federation, RoundCallback, RunResult, own_metrics, train_rounds
-from services.party.rating_component import ComponentConfig, FittedComponent, fit_component
-from services.party.serving import ServingModel
 from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.coordinator import CoordinatorTrainer
 from services.verfedgnn.party import PartyTrainer
 from services.verfedgnn.rounds import InProcessFederation
+from services.verfedgnn.rating_component import ComponentConfig, FittedComponent, fit_component
 from services.verfedgnn.types import PartyData
 
 
@@ -38,19 +37,26 @@ class BlendedRun:
     per_party: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
-def serving_model(data: PartyData, sm: dict[str, Any], *, round_index: int) -> ServingModel:
-    """A trainer's `serving_model()` as the party's ServingModel (as `FederationParty._serving` builds it)."""
-    n, m = data.n_users + data.n_private, data.n_items
-    return ServingModel(
-        run_id="harness", round_index=round_index, user_ids=np.arange(n).astype(str),
-        item_ids=np.arange(m).astype(str), h_u=np.asarray(sm["user_repr"], np.float32),
-        h_v=np.asarray(sm["item_repr"], np.float32),
-        user_bias=np.asarray(sm.get("user_bias", np.zeros(n)), np.float32).reshape(n),
-        item_bias=np.asarray(sm.get("item_bias", np.zeros(m)), np.float32).reshape(m),
-        global_bias=float(np.asarray(sm.get("global_bias", 0.0)).reshape(-1)[0]),
-        rating_min=data.rating_min, rating_max=data.rating_max,
-        rank_bias=np.asarray(sm["rank_bias"], np.float32).reshape(m) if "rank_bias" in sm else None,
-        rating_dim=int(sm.get("rating_dim", 0)), feedback=data.feedback)
+@dataclass(frozen=True)
+class FederatedScores:
+    """A party's kept model's rating, r̂ = μ + b_u + b_v + h_u[:d]·h_v[:d] clipped: what
+    `ServingModel.scores` answers without a component (tests/e2e/test_rating_component_http.py holds them equal)."""
+
+    sm: dict[str, Any]  # a trainer's serving_model()
+    low: float
+    high: float
+
+    def scores(self, users: np.ndarray, items: np.ndarray) -> np.ndarray:
+        """Clipped federated predictions for parallel index arrays."""
+        sm = self.sm
+        d = int(sm.get("rating_dim", 0)) or sm["user_repr"].shape[1]
+        n, m = sm["user_repr"].shape[0], sm["item_repr"].shape[0]
+        ub = np.asarray(sm.get("user_bias", np.zeros(n)), np.float32).reshape(n)
+        ib = np.asarray(sm.get("item_bias", np.zeros(m)), np.float32).reshape(m)
+        mu = float(np.asarray(sm.get("global_bias", 0.0)).reshape(-1)[0])
+        hu, hv = np.asarray(sm["user_repr"], np.float32), np.asarray(sm["item_repr"], np.float32)
+        raw = mu + ub[users] + ib[items] + np.einsum("nd,nd->n", hu[users, :d], hv[items, :d])
+        return np.clip(raw, self.low, self.high)
 
 
 def _errors(pred: np.ndarray, y: np.ndarray) -> tuple[float, float, int]:
@@ -63,10 +69,10 @@ def _pooled(rows: list[tuple[float, float, int]]) -> tuple[float, float]:
     return (float(np.sqrt(sse / n)), float(sae / n)) if n else (float("nan"), float("nan"))
 
 
-def component_for(model: ServingModel, data: PartyData, *, config: ComponentConfig,
-                  seed: int) -> FittedComponent | None:
-    """The party's component for a published model (the party's publish-time fit)."""
-    return fit_component(data=data, base=model.scores, config=config, seed=seed)
+def component_for(base: Callable[[np.ndarray, np.ndarray], np.ndarray], data: PartyData, *,
+                  config: ComponentConfig, seed: int) -> FittedComponent | None:
+    """The party's component for a published model whose federated rating is `base` (the publish-time fit)."""
+    return fit_component(data=data, base=base, config=config, seed=seed)
 
 
 def run_blended(fed: Federation | Sequence[PartyData], *, config: TrainConfig, component: ComponentConfig,
@@ -78,11 +84,11 @@ def run_blended(fed: Federation | Sequence[PartyData], *, config: TrainConfig, c
                                item_counts={p.party_id: p.n_items for p in parties}, global_mean=mean)
     trainers = {p.party_id: PartyTrainer(config=config, data=p, seed=config.seed) for p in parties}
     inproc = InProcessFederation(coordinator=coord, parties=trainers)
-    kept: dict[str, ServingModel] = {}
+    kept: dict[str, FederatedScores] = {}
 
     def keep(t: int) -> None:  # the best round's models, as `keep_best` stores them at a party
         for p in parties:
-            kept[p.party_id] = serving_model(p, trainers[p.party_id].serving_model(), round_index=t)
+            kept[p.party_id] = FederatedScores(trainers[p.party_id].serving_model(), p.rating_min, p.rating_max)
 
     run = train_rounds(lambda t: own_metrics(inproc.run_round(t), trainers), config=config, protocol="federated",
                        on_round=on_round, on_best=keep)
@@ -94,7 +100,7 @@ def run_blended(fed: Federation | Sequence[PartyData], *, config: TrainConfig, c
             continue
         y = te.ratings.astype(np.float64)
         base = model.scores(te.users, te.items)
-        fitted = component_for(model, p, config=component, seed=config.seed)
+        fitted = component_for(model.scores, p, config=component, seed=config.seed)
         low, high = p.rating_min, p.rating_max
         served = base if fitted is None else fitted.predict(users=te.users, items=te.items, base=base, low=low,
                                                             high=high)

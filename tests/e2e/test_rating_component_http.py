@@ -20,7 +20,7 @@ from cli.localfed import ADMIN, API_KEY
 from services.data.types import Ratings
 from services.db.party_tables import ModelArtifact
 from services.evaluation.rating_component import component_for
-from services.party.rating_component import ComponentConfig
+from services.verfedgnn.rating_component import ComponentConfig
 from services.party.serving import ServingModel, served
 from services.verfedgnn.types import PartyData, RatingTriples
 from tests.support.federation import TINY_CONFIG, Federation, federation
@@ -82,7 +82,7 @@ def test_a_run_with_no_settings_serves_the_harness_combination(done: tuple[Feder
         assert model.run_id == status["run_id"]
         assert model.rating_component is not None, "a run with no settings serves the party's component"
         data = _party_data(fed, pid, model)
-        fitted = component_for(model.without_component(), data, config=ComponentConfig(), seed=SEED)
+        fitted = component_for(model.without_component().scores, data, config=ComponentConfig(), seed=SEED)
         assert fitted is not None
         assert fitted.valid_rmse["combined"] <= fitted.valid_rmse["federated"] + 1e-12
         va = data.valid
