@@ -4,6 +4,9 @@ Prints progress lines, then ONE JSON line (last) with "centralized", "federated"
 "local_only" (one entry per party), each {"rmse_mean", "rmse_std", "mae_mean"}. A data set's side information
 is used by default (ML-100K: user features at party 0, item features at their item's party) and the run adds
 "federated_no_features", the same federation without it; `--no-features` leaves it out everywhere.
+"federated" is what a release serves: the federated model combined with each party's own rating component
+(services.party.rating_component); "federated_unblended" is the federated model alone and
+"local_component" the parties' components alone (pooled over the parties' test ratings).
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ from services.evaluation.harness import (
     run_protocol,
     with_features,
 )
+from services.evaluation.rating_component import run_blended
 from services.evaluation.runner import PRESETS, load_dataset, preset_values
 from services.verfedgnn.config import TrainConfig
+from services.verfedgnn.rating_component import ComponentConfig
 
 
 def stats(rmse: list[float], mae: list[float]) -> dict[str, float]:
@@ -48,11 +53,14 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--set", nargs="*", default=[], help="config overrides key=json-value")
     ap.add_argument("--no-features", action="store_true", help="leave the data set's side information out")
+    ap.add_argument("--component", default="{}", help="rating component settings (JSON, ComponentConfig)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     overrides = {k: json.loads(v) for k, v in (s.split("=", 1) for s in args.set)}
     config = TrainConfig(**{**preset_values(args.preset, args.model), **overrides})
-    res: dict[str, tuple[list[float], list[float]]] = {"centralized": ([], []), "federated": ([], [])}
+    component = ComponentConfig(**json.loads(args.component))
+    res: dict[str, tuple[list[float], list[float]]] = {"centralized": ([], []), "federated": ([], []),
+                                                       "federated_unblended": ([], []), "local_component": ([], [])}
     local: dict[str, tuple[list[float], list[float]]] = {}
     side = None if args.no_features else side_information(args.dataset, args.data)
     if side is not None:
@@ -67,6 +75,16 @@ def main() -> None:
         for proto in ("centralized", "federated", "local") + (("federated_no_features",) if side else ()):
             if proto == "federated_no_features":
                 run = run_protocol(plain, protocol="federated", config=cfg)
+            elif proto == "federated":  # the served combination, the federated model alone, the component alone
+                blended = run_blended(fed, config=cfg, component=component)
+                run = blended.run
+                for key, rmse, mae in (("federated_unblended", blended.rmse_unblended, blended.mae_unblended),
+                                       ("local_component", blended.rmse_component, blended.mae_component)):
+                    res[key][0].append(rmse)
+                    res[key][1].append(mae)
+                run.rmse, run.mae = blended.rmse, blended.mae
+                print(f"seed {seed} federated_unblended: rmse {blended.rmse_unblended:.4f} local_component: rmse "
+                      f"{blended.rmse_component:.4f} per_party {blended.per_party}", flush=True)
             else:
                 run = run_protocol(fed, protocol=proto, config=cfg)
             if proto == "local":
@@ -83,6 +101,7 @@ def main() -> None:
     out = {k: stats(*v) for k, v in res.items()}
     out["local_only"] = [{"party": p, **stats(*v)} for p, v in sorted(local.items())]
     out["config"] = config.model_dump()
+    out["component"] = component.model_dump()
     out["seconds"] = round(time.time() - started, 1)
     print(json.dumps(out))
 

@@ -272,8 +272,10 @@ class ReleaseRead(BaseModel):
     release_id: str
     run_id: str
     round_index: int = Field(description="the round whose model the parties stored")
-    valid_rmse: float | None = Field(description="pooled validation RMSE of that round (the gate compares it; "
-                                     "None when no party reports rating errors)")
+    valid_rmse: float | None = Field(description="pooled validation RMSE of that round's models as the parties "
+                                     "serve them, each with its own rating component (the run's own figure: metrics' "
+                                     "valid_rmse_trained); the gate compares it; None when no party reports rating "
+                                     "errors")
     valid_ndcg: float | None = Field(None, description="pooled validation NDCG@10 of that round, each party's own "
                                      "catalogue (metrics' valid_ndcg@10; the gate compares it too)")
     metrics: dict[str, float] = Field(description="that round's pooled metrics")

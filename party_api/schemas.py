@@ -250,6 +250,9 @@ class PublishResponse(BaseModel):
     value: list[SliceValue] = Field(default_factory=list,
                                     description="per slice of the party's users; empty when the protocol has no local "
                                                 "ranking or the party too few validation users")
+    valid_sse: float | None = Field(None, description="squared error of the stored model's served ratings on "
+                                    "this party's validation split (with its rating component)")
+    valid_count: int | None = Field(None, description="validation ratings `valid_sse` covers")
 
 
 class SplitRow(BaseModel):

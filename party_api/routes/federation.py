@@ -138,7 +138,9 @@ def publish(run_id: NamePath, body: PublishRequest, fed: FedDep, cache: CacheDep
     version, value = fed.publish(run_id=run_id, round_index=body.round_index, release_id=body.release_id)
     if body.release_id is None:
         cache.refresh()  # this process serves the new model from the answer on
-    return PublishResponse(version=version, value=[SliceValue(**row) for row in value])
+    sums = fed.served_valid(run_id=run_id, round_index=body.round_index)
+    return PublishResponse(version=version, value=[SliceValue(**row) for row in value],
+                           **({} if sums is None else {"valid_sse": sums[0], "valid_count": sums[1]}))
 
 
 @router.post("/releases/{release_id}/activate", response_model=ReleaseActivated)

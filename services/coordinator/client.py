@@ -263,13 +263,12 @@ class PartyClient:
         """Make the party keep the model of the round it just finished (the run's best so far)."""
         return int(self.post_json(self._run_path(run_id, "best"), {"round_index": round_index})["version"])
 
-    def stage(self, *, run_id: str, round_index: int, release_id: str) -> tuple[int, list[dict[str, Any]]]:
-        """Store the run's serving model at the party under a release, not served yet; returns its version and
-        the party's value report (validation NDCG@10 per slice of its users: alone, federated, served)."""
+    def stage(self, *, run_id: str, round_index: int, release_id: str) -> dict[str, Any]:
+        """Store the run's serving model at the party under a release, not served yet; returns its version, the
+        served model's validation sums (`valid_sse`, `valid_count`: None when the party has none) and its value
+        report (`value`: validation NDCG@10 per slice of its users, alone, federated and served)."""
         body = {"round_index": round_index, "release_id": release_id}
-        answer = self.post_json(self._run_path(run_id, "publish"), body)
-        value = answer.get("value") or []
-        return int(answer["version"]), [dict(row) for row in value if isinstance(row, dict)]
+        return dict(self.post_json(self._run_path(run_id, "publish"), body))
 
     def activate_release(self, *, release_id: str) -> int:
         """Make the party serve the model staged under a release; returns that model's version."""

@@ -34,6 +34,21 @@ VALID_RMSE, VALID_NDCG = "valid_rmse", "valid_ndcg@10"
 Clients = Callable[[list[str]], dict[str, PartyClient]]
 
 
+VALID_RMSE_TRAINED = "valid_rmse_trained"  # the run's own figure, kept beside the served one that replaces it
+
+
+def served_rmse(answers: Mapping[str, Any]) -> float | None:
+    """The pooled validation RMSE of the staged models as the parties serve them, from each party's
+    `valid_sse` / `valid_count` (None unless at least one party reported and none is missing a figure
+    it could have: a party with no validation ratings reports none and adds nothing)."""
+    sse = count = 0.0
+    for answer in answers.values():
+        if not isinstance(answer, Mapping) or answer.get("valid_count") is None:
+            continue
+        sse, count = sse + float(answer["valid_sse"]), count + int(answer["valid_count"])
+    return math.sqrt(sse / count) if count > 0 else None
+
+
 def figures(metrics: Mapping[str, float]) -> dict[str, float]:
     """The gate's figures among a round's metrics (the finite ones: a figure nobody reported is absent)."""
     return {k: float(metrics[k]) for k in (VALID_RMSE, VALID_NDCG)
@@ -151,9 +166,13 @@ class Releases:
             row = get(session=session, release_id=release_id)
             reason = "" if not failures else "not staged at " + "; ".join(
                 f"{p} ({why})" for p, why in sorted(failures.items()))
-            report = {p: rows for p, (_, rows) in sorted(answers.items()) if rows}
+            report = {p: [dict(r) for r in a.get("value") or [] if isinstance(r, dict)] for p, a in sorted(answers.items())}
             _set(session, row, staged=sorted(answers), reason=reason or "staged at every party",
-                 value_report=report or None)
+                 value_report={p: rows for p, rows in report.items() if rows} or None)
+            served = None if failures else served_rmse(answers)
+            if served is not None:  # the gate compares what the parties serve (with their rating components)
+                trained = {} if row.metrics.get(VALID_RMSE) is None else {VALID_RMSE_TRAINED: row.metrics[VALID_RMSE]}
+                _set(session, row, valid_rmse=served, metrics={**row.metrics, **trained, VALID_RMSE: served})
         if failures:
             self.prune()
             return self.read(release_id)

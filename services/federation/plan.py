@@ -179,6 +179,17 @@ class ProtocolPlan(Protocol):
         """`data` with the party's attribute rows attached where the protocol's model takes them (else `data`)."""
         ...
 
+    def fit_rating(self, data: Any, *, base: Callable[[np.ndarray, np.ndarray], np.ndarray], n_users: int,
+                   n_items: int, seed: int) -> dict[str, np.ndarray] | None:
+        """The party's rating component combined with the federated predictions `base(users, items)`, as arrays
+        for the serving model (None: none, or not better than `base` on validation)."""
+        ...
+
+    def valid_ratings(self, data: Any, *, n_users: int,
+                      n_items: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(users, items, ratings) of the party's validation split in a model of that size (None: none)."""
+        ...
+
     def fit_local(self, data: Any, *, fed_rows: Callable[[np.ndarray], np.ndarray], seed: int) -> Any | None:
         """The party's local ranking (`models.blend.LocalRanking`) fitted on its own split beside the federated
         scores `fed_rows(rows)`; None where the protocol serves its federated scores alone."""

@@ -139,6 +139,16 @@ class FedPerGNNPlan:
         """FedPerGNN's model takes no attributes: `data` unchanged."""
         return data
 
+    def fit_rating(self, data: Any, *, base: Callable[[np.ndarray, np.ndarray], np.ndarray], n_users: int,
+                   n_items: int, seed: int) -> dict[str, np.ndarray] | None:
+        """FedPerGNN serves its federated predictions alone (no rating component)."""
+        return None
+
+    def valid_ratings(self, data: Any, *, n_users: int,
+                      n_items: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """None: FedPerGNN's release gate reads the run's pooled validation figures."""
+        return None
+
     def fit_local(self, data: Any, *, fed_rows: Callable[[np.ndarray], np.ndarray], seed: int) -> None:
         """FedPerGNN serves its federated scores alone (no local ranking yet)."""
         return None

@@ -29,6 +29,7 @@ import numpy as np
 from sqlalchemy import delete, or_, select, text
 from sqlalchemy.orm import Session
 
+from models.rating_blend import cut_component_rows
 from services.db.party_tables import Interaction, ModelArtifact, SocialLink, User
 from services.db.session import is_write_conflict
 from services.errors import Conflict, NotFound
@@ -62,7 +63,10 @@ def _serving(tree: dict[str, Any], external_id: str) -> dict[str, Any] | None:
     keep = ids != external_id
     if keep.all():
         return None
-    return {k: (v[keep] if k in PER_USER else v) for k, v in tree.items()}
+    out = {k: (v[keep] if k in PER_USER else v) for k, v in tree.items()}
+    if isinstance(tree.get("rating_component"), dict):  # the party's rating component has a row per user too
+        out["rating_component"] = cut_component_rows(tree["rating_component"], keep)
+    return out
 
 
 def _alignment(tree: dict[str, Any], external_id: str) -> dict[str, Any] | None:

@@ -45,6 +45,7 @@ from services.federation.warm import row_map
 from services.party import fed_store as store
 from services.party.dp_policy import DpPolicy, check_dp_request
 from services.party.features import load_features
+from services.party.rating_component import served_valid_sums, with_component
 from services.party.serving import ServingModel, publish, release_model
 from services.party.step_checks import check_participants_size, strict_config
 from services.protocol.federation import decode_points, encode_points, pack_tree, unpack_tree
@@ -77,6 +78,7 @@ class _Run:
     done: int = -1  # last round this party finished (its snapshot exists)
     current: tuple[int, int] | None = None  # (round, attempt) in progress
     last: tuple[int, int, str, int] | None = None  # the latest step answered (a recovery may follow only it)
+    published: dict[int, ServingModel] = field(default_factory=dict)  # round -> model with its component (a retry reuses it)
     cache: dict[tuple[int, int, str, int], bytes] = field(default_factory=dict)
     warm: WarmStartRef | None = None  # the release a warm run starts from
     aggregation: Any = None  # the run's party-side aggregation strategy (built at start)
@@ -572,8 +574,14 @@ class FederationService:
                                     "nor one it kept", extra={"field": "round_index"})
             else:
                 model = self._serving(run, round_index)
-            model, value = self._with_local(run, model)
-            return publish(session=session, model=model, release_id=release_id), value
+            # the party's own rating component and local ranking, fitted here on its own data; kept per round, so a
+            # publish the coordinator retries after its timeout does not fit again
+            if round_index not in run.published:
+                fitted, value = self._with_local(run, with_component(model, plan=run.plan, data=run.data,
+                                                                        seed=run.seed))
+                run.published, run.published_value = {round_index: fitted}, value
+            model = run.published[round_index]
+            return publish(session=session, model=model, release_id=release_id), run.published_value
 
     def _with_local(self, run: _Run, model: ServingModel) -> tuple[ServingModel, list[dict[str, Any]]]:
         """The model with the party's local ranking fitted beside it, and the value report's rows."""
@@ -586,6 +594,14 @@ class FederationService:
         value = [{"slice": f.slice, "users": f.users, "local_ndcg10": f.local, "federated_ndcg10": f.federated,
                   "served_ndcg10": f.served} for f in local.figures if f.users >= MIN_REPORT_USERS]
         return replace(model, local=local.to_tree()), value
+
+    def served_valid(self, *, run_id: str, round_index: int) -> tuple[float, int] | None:
+        """(squared error, count) of the model published for `round_index` on this party's validation ratings,
+        as served (the release gate compares them); None when there are none."""
+        with self._lock:
+            run = self._runs.get(run_id)
+            model = None if run is None else run.published.get(round_index)
+            return None if model is None or run is None else served_valid_sums(model, plan=run.plan, data=run.data)
 
     def _serving(self, run: _Run, round_index: int) -> ServingModel:
         """The serving model of the latest completed forward (the caller holds the lock)."""

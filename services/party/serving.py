@@ -9,7 +9,7 @@ erasure) call `mark_changed` in their transaction so every serving process notic
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from models.blend import LocalRanking
 from models.metrics import top_k_columns
+from models.rating_blend import apply_tree
 from models.scoring import serving_scores
 from services.db.party_tables import FederationState, ModelArtifact
 from services.errors import NotFound, ValidationFailed
@@ -53,6 +54,9 @@ class ServingModel:
     feedback: str = "explicit"  # implicit: the party trained the ranking objective only, it has no ratings
     aligned: np.ndarray | None = None  # bool (N,): the user is in the intersection (None: every user)
     local: dict[str, Any] | None = None  # models.blend.LocalRanking.to_tree(): the party's EASE and blend
+    # the party's own rating component and its combination with r̂, fitted at publish
+    # (services.party.rating_component); `scores` serves the combination when present
+    rating_component: dict[str, np.ndarray] | None = None
 
     def to_bytes(self) -> bytes:
         """Artifact bytes (npz, no pickle)."""
@@ -94,7 +98,15 @@ class ServingModel:
         d = self.rating_dim or self.h_u.shape[1]
         raw = (self.global_bias + self.user_bias[users] + self.item_bias[items]
                + np.einsum("nd,nd->n", self.h_u[users, :d], self.h_v[items, :d]))
-        return np.clip(raw, self.rating_min, self.rating_max)
+        federated = np.clip(raw, self.rating_min, self.rating_max)
+        if self.rating_component is None:
+            return federated
+        return apply_tree(self.rating_component, users=users, items=items, base=federated, low=self.rating_min,
+                          high=self.rating_max)
+
+    def without_component(self) -> ServingModel:
+        """The same model serving the federated prediction alone."""
+        return replace(self, rating_component=None)
 
     def rank_scores(self, user: int, items: np.ndarray) -> np.ndarray:
         """The ranking score of one user against `items`, unclipped (no ties at the top of the scale)."""

@@ -21,6 +21,7 @@ from services.verfedgnn.coordinator import CoordinatorTrainer
 from services.verfedgnn.distributed import Cluster, DistributedPartyTrainer
 from services.verfedgnn.features import attach_features
 from services.verfedgnn.local import fit_local
+from services.verfedgnn.rating_component import ComponentConfig, fit_component
 from services.verfedgnn.party import PartyTrainer
 from services.verfedgnn.presets import DEFAULT_PRESET, PRESETS, protocol_preset
 from services.verfedgnn.private_data import training_data
@@ -170,6 +171,26 @@ class VerFedGNNPlan:
         if config.dp_epsilon is not None:
             return data
         return attach_features(data, user_order=user_order, item_order=item_order, users=users, items=items)
+
+    def fit_rating(self, data: Any, *, base: Callable[[np.ndarray, np.ndarray], np.ndarray], n_users: int,
+                   n_items: int, seed: int) -> dict[str, np.ndarray] | None:
+        """I-AutoRec on the party's catalogue, combined per slice with `base` (`services.verfedgnn.rating_component`);
+        None when the combination is not better than `base` on validation."""
+        if (not isinstance(data, PartyData) or data.implicit or n_users != data.n_users + data.n_private
+                or n_items != data.n_items):
+            return None
+        fitted = fit_component(data=data, base=base, config=ComponentConfig(), seed=seed)
+        if fitted is None or not fitted.valid_rmse["combined"] <= fitted.valid_rmse["federated"]:
+            return None
+        return dict(fitted.tree)
+
+    def valid_ratings(self, data: Any, *, n_users: int,
+                      n_items: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The validation split's triples (None: implicit feedback, or a model of another size)."""
+        if (not isinstance(data, PartyData) or data.implicit or n_users != data.n_users + data.n_private
+                or n_items != data.n_items):
+            return None
+        return data.valid.users, data.valid.items, data.valid.ratings
 
     def fit_local(self, data: Any, *, fed_rows: Callable[[np.ndarray], np.ndarray], seed: int) -> LocalRanking:
         """The party's EASE blended with its federated scores (`services.verfedgnn.local`)."""
