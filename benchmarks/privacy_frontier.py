@@ -79,9 +79,9 @@ def parse_point(text: str) -> dict[str, float]:
     return point
 
 
-def dials(values: Mapping[str, Any]) -> dict[str, float]:
-    """The dial values of a settings mapping."""
-    return {k: float(values[k]) for k in DIALS}
+def dials(config: TrainConfig) -> dict[str, float]:
+    """The dial values of a run's settings."""
+    return {k: float(getattr(config, k)) for k in DIALS}
 
 
 def cache_key(part: str, identity: Mapping[str, Any]) -> str:
