@@ -19,7 +19,8 @@ Prints progress on stderr, then ONE JSON line on stdout:
 {"rows": [{"q_ratio", "r", "grad_scale", "clip_bound", "default", "ok", "best_ok",
            "max_f1": {"deanonymization", "gradient"}, "f1": {attack: {share: f1}},
            "ndcg@10", "rmse", "best_round"}, ...],
- "best_ok": {dials} | null, "default": {dials}, "setup": {...}, "seconds": s}
+ "best_ok": {dials} | null, "default": {dials}, "missing": [{dials} not measured (--cached-only)],
+ "setup": {...}, "seconds": s}
 """
 
 from __future__ import annotations
@@ -40,10 +41,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from services.attacks.suite import party_attacks  # noqa: E402
 from services.evaluation import topk  # noqa: E402
 from services.evaluation import ranking_experiment as rx  # noqa: E402
-from services.evaluation.harness import build_federation, ensure_validation  # noqa: E402
+from services.evaluation.harness import Federation, build_federation, ensure_validation  # noqa: E402
 from services.evaluation.runner import PRESETS, load_dataset, preset_values  # noqa: E402
 from services.verfedgnn.config import RUN_DEFAULTS, TrainConfig  # noqa: E402
 from services.verfedgnn.presets import DEFAULT_PRESET  # noqa: E402
+from services.verfedgnn.types import PartyData  # noqa: E402
 
 DIALS = ("q_ratio", "r", "grad_scale", "clip_bound")
 ATTACKS = ("deanonymization", "gradient")
@@ -92,6 +94,11 @@ def cache_key(part: str, identity: Mapping[str, Any]) -> str:
     return f"{part}_{stem}_{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 
 
+def is_cached(cache: Path, key: str) -> bool:
+    """Whether the part is in the cache."""
+    return (cache / f"{key}.json").exists()
+
+
 def cached(cache: Path, key: str, compute: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], bool]:
     """The part's figures from `cache`/key.json if present, else computed and written there; (figures, hit)."""
     path = cache / f"{key}.json"
@@ -105,7 +112,20 @@ def cached(cache: Path, key: str, compute: Callable[[], dict[str, Any]]) -> tupl
     return figures, False
 
 
-def attack_figures(fed: Any, *, config: TrainConfig, shares: Sequence[float], seed: int) -> dict[str, Any]:
+def attack_federation(kind: str, data: str, *, split: str, seed: int, valid_fraction: float) -> Federation:
+    """The federation the attacks run on (as benchmarks/attacks.py builds it): 2 parties, validation carved."""
+    ds = ensure_validation(load_dataset(kind, data, split=split, seed=seed), fraction=valid_fraction, seed=seed)
+    return build_federation(ds, n_parties=2, seed=seed)
+
+
+def ranking_federation(kind: str, data: str, *, split: str, seed: int,
+                       valid_fraction: float) -> tuple[Mapping[str, PartyData], topk.RankingView]:
+    """The parties and ranking view of the utility run (as benchmarks/ranking.py builds them)."""
+    parties = rx.seed_parties(kind, data, split=split, n_parties=2, seed=seed, valid_fraction=valid_fraction)
+    return parties, topk.ranking_view(parties)
+
+
+def attack_figures(fed: Federation, *, config: TrainConfig, shares: Sequence[float], seed: int) -> dict[str, Any]:
     """F1 (and precision, recall, popularity F1) of both party attacks at each share, at these settings."""
     out: dict[str, dict[str, dict[str, float]]] = {a: {} for a in ATTACKS}
     for share in shares:
@@ -116,7 +136,7 @@ def attack_figures(fed: Any, *, config: TrainConfig, shares: Sequence[float], se
     return out
 
 
-def utility_figures(parties: Any, view: Any, *, config: TrainConfig) -> dict[str, Any]:
+def utility_figures(parties: Mapping[str, PartyData], view: topk.RankingView, *, config: TrainConfig) -> dict[str, Any]:
     """Merged test NDCG@10, test RMSE and best round of one federated run at these settings."""
     fed = rx.run_federated(parties, view, config=config)[0]["federated"]
     return {"ndcg@10": fed["ndcg@10"], "recall@10": fed["recall@10"], "rmse": fed["rmse"],
@@ -188,6 +208,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cache", type=Path, default=Path("/work/scratch-frontier"),
                     help="per-point results (keep it outside the repository)")
     ap.add_argument("--plot", type=Path, default=None, help="also write the frontier plot here (PNG)")
+    ap.add_argument("--cached-only", action="store_true",
+                    help="report only the points whose figures are all cached; list the others under 'missing'")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -198,33 +220,35 @@ def main(argv: list[str] | None = None) -> None:
     data = str(Path(args.data).resolve())
     ident = {"data": data, "dataset": args.dataset, "split": args.split, "seed": args.seed, "model": args.model,
              "preset": values, "valid_fraction": args.valid_fraction}
-    loaded: dict[str, Any] = {}
+    loaded: dict[str, Any] = {}  # each federation is built once, and only if a point needs computing
 
-    def attack_fed() -> Any:
+    def attack_fed() -> Federation:
         if "attack" not in loaded:
-            ds = ensure_validation(load_dataset(args.dataset, args.data, split=args.split, seed=args.seed),
-                                   fraction=args.valid_fraction, seed=args.seed)
-            loaded["attack"] = build_federation(ds, n_parties=2, seed=args.seed)
+            loaded["attack"] = attack_federation(args.dataset, args.data, split=args.split, seed=args.seed,
+                                                 valid_fraction=args.valid_fraction)
         return loaded["attack"]
 
-    def ranking_parties() -> tuple[Any, Any]:
+    def ranking_parties() -> tuple[Mapping[str, PartyData], topk.RankingView]:
         if "ranking" not in loaded:
-            parties = rx.seed_parties(args.dataset, args.data, split=args.split, n_parties=2, seed=args.seed,
-                                      valid_fraction=args.valid_fraction)
-            loaded["ranking"] = (parties, topk.ranking_view(parties))
+            loaded["ranking"] = ranking_federation(args.dataset, args.data, split=args.split, seed=args.seed,
+                                                   valid_fraction=args.valid_fraction)
         return loaded["ranking"]
 
     rows: list[dict[str, Any]] = []
+    missing: list[dict[str, float]] = []
     for point in points:
         config = TrainConfig(**{**values, **point, "seed": args.seed})  # validates r >= clip_bound
         run_config = TrainConfig(**{**RUN_DEFAULTS, **values, **point, "seed": args.seed})
         point_dials = dials(config)
         attack_key = cache_key("attacks", {**ident, "dials": point_dials, "shares": list(args.shares)})
+        utility_key = cache_key("utility", {**ident, "dials": point_dials, "run_defaults": RUN_DEFAULTS})
+        if args.cached_only and not (is_cached(args.cache, attack_key) and is_cached(args.cache, utility_key)):
+            missing.append(point_dials)
+            continue
         attacks, hit_a = cached(args.cache, attack_key, lambda: attack_figures(
             attack_fed(), config=config, shares=args.shares, seed=args.seed))
-        utility_key = cache_key("utility", {**ident, "dials": point_dials, "run_defaults": RUN_DEFAULTS})
-        utility, hit_u = cached(args.cache, utility_key, lambda: utility_figures(*ranking_parties(),
-                                                                                  config=run_config))
+        utility, hit_u = cached(args.cache, utility_key, lambda: utility_figures(
+            *ranking_parties(), config=run_config))
         row: dict[str, Any] = {"label": label(point), **point_dials, "default": point_dials == default,
                                "f1": {a: {s: f["f1"] for s, f in attacks[a].items()} for a in ATTACKS},
                                "popularity_f1": {a: {s: f["popularity_f1"] for s, f in attacks[a].items()}
@@ -238,7 +262,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.plot is not None:
         plot(rows, args.plot, max_f1=args.max_f1,
              title=f"{args.dataset} {args.split}, preset {args.preset}, seed {args.seed}")
-    out = {"rows": rows, "best_ok": best, "default": default,
+    out = {"rows": rows, "best_ok": best, "default": default, "missing": missing,
            "setup": {"data": f"{args.dataset} {args.split} (validation: {args.valid_fraction} of train, "
                              f"seed {args.seed})", "parties": 2, "preset": args.preset, "model": args.model,
                      "shares": args.shares, "max_f1": args.max_f1, "attacker": "party0", "victim": "party1",

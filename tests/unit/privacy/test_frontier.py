@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -64,3 +65,43 @@ def test_cache_computes_once_and_keys_on_what_changes_the_figures(tmp_path: Path
     assert pf.cache_key("attacks", moved) != key
     assert pf.cache_key("attacks", {**ident, "seed": 1}) != key
     assert pf.cache_key("utility", ident) != key
+
+
+
+def test_main_computes_each_part_once_then_reports_from_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Through main: a missing point under --cached-only, computed parts cached, a rerun computing nothing."""
+    calls: list[str] = []
+    f1 = {"0.2": 0.012, "0.5": 0.03, "0.8": 0.011}  # share 0.5 breaks the 0.02 bar
+    monkeypatch.setattr(pf, "attack_federation", lambda *a, **k: calls.append("attack data") or "fed")
+    monkeypatch.setattr(pf, "ranking_federation", lambda *a, **k: calls.append("ranking data") or ("p", "v"))
+
+    def attacks(fed: str, *, config: Any, shares: list[float], seed: int) -> dict[str, Any]:
+        calls.append(f"attacks q={config.q_ratio}")
+        return {a: {s: {"f1": f, "precision": 0.1, "recall": 0.01, "popularity_f1": 0.06} for s, f in f1.items()}
+                for a in pf.ATTACKS}
+
+    def utility(parties: str, view: str, *, config: Any) -> dict[str, Any]:
+        calls.append(f"utility q={config.q_ratio} secure={config.secure_aggregation}")
+        return {"ndcg@10": 0.42, "recall@10": 0.41, "rmse": 0.92, "best_round": 120}
+
+    monkeypatch.setattr(pf, "attack_figures", attacks)
+    monkeypatch.setattr(pf, "utility_figures", utility)
+
+    def run(*extra: str) -> dict[str, Any]:
+        pf.main(["--cache", str(tmp_path), "--point", "", "--point", "q_ratio=0.3", *extra])
+        return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+    out = run("--cached-only")
+    assert calls == [] and out["rows"] == [] and out["best_ok"] is None
+    assert [m["q_ratio"] for m in out["missing"]] == [0.2, 0.3]
+    out = run()
+    assert calls == ["attack data", "attacks q=0.2", "ranking data", "utility q=0.2 secure=True",
+                     "attacks q=0.3", "utility q=0.3 secure=True"]
+    default, moved = out["rows"]
+    assert default["default"] is True and default["label"] == "default" and moved["label"] == "q_ratio=0.3"
+    assert default["max_f1"] == {"deanonymization": 0.03, "gradient": 0.03} and default["ok"] is False
+    assert out["best_ok"] is None and out["missing"] == []
+    calls.clear()
+    again = run("--cached-only")
+    assert calls == [] and again["rows"] == out["rows"]
