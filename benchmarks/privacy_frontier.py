@@ -39,8 +39,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from services.attacks.suite import party_attacks  # noqa: E402
-from services.evaluation import topk  # noqa: E402
 from services.evaluation import ranking_experiment as rx  # noqa: E402
+from services.evaluation import topk  # noqa: E402
 from services.evaluation.harness import Federation, build_federation, ensure_validation  # noqa: E402
 from services.evaluation.runner import PRESETS, load_dataset, preset_values  # noqa: E402
 from services.verfedgnn.config import RUN_DEFAULTS, TrainConfig  # noqa: E402
@@ -245,10 +245,10 @@ def main(argv: list[str] | None = None) -> None:
         if args.cached_only and not (is_cached(args.cache, attack_key) and is_cached(args.cache, utility_key)):
             missing.append(point_dials)
             continue
-        attacks, hit_a = cached(args.cache, attack_key, lambda: attack_figures(
-            attack_fed(), config=config, shares=args.shares, seed=args.seed))
-        utility, hit_u = cached(args.cache, utility_key, lambda: utility_figures(
-            *ranking_parties(), config=run_config))
+        attacks, hit_a = cached(args.cache, attack_key, lambda c=config: attack_figures(
+            attack_fed(), config=c, shares=args.shares, seed=args.seed))
+        utility, hit_u = cached(args.cache, utility_key, lambda c=run_config: utility_figures(
+            *ranking_parties(), config=c))
         row: dict[str, Any] = {"label": label(point), **point_dials, "default": point_dials == default,
                                "f1": {a: {s: f["f1"] for s, f in attacks[a].items()} for a in ATTACKS},
                                "popularity_f1": {a: {s: f["popularity_f1"] for s, f in attacks[a].items()}
