@@ -245,10 +245,15 @@ def main(argv: list[str] | None = None) -> None:
         if args.cached_only and not (is_cached(args.cache, attack_key) and is_cached(args.cache, utility_key)):
             missing.append(point_dials)
             continue
-        attacks, hit_a = cached(args.cache, attack_key, lambda c=config: attack_figures(
-            attack_fed(), config=c, shares=args.shares, seed=args.seed))
-        utility, hit_u = cached(args.cache, utility_key, lambda c=run_config: utility_figures(
-            *ranking_parties(), config=c))
+
+        def compute_attacks(c: TrainConfig = config) -> dict[str, Any]:
+            return attack_figures(attack_fed(), config=c, shares=args.shares, seed=args.seed)
+
+        def compute_utility(c: TrainConfig = run_config) -> dict[str, Any]:
+            return utility_figures(*ranking_parties(), config=c)
+
+        attacks, hit_a = cached(args.cache, attack_key, compute_attacks)
+        utility, hit_u = cached(args.cache, utility_key, compute_utility)
         row: dict[str, Any] = {"label": label(point), **point_dials, "default": point_dials == default,
                                "f1": {a: {s: f["f1"] for s, f in attacks[a].items()} for a in ATTACKS},
                                "popularity_f1": {a: {s: f["popularity_f1"] for s, f in attacks[a].items()}

@@ -49,7 +49,8 @@ def test_parse_point_accepts_dials_only() -> None:
 
 
 def test_cache_computes_once_and_keys_on_what_changes_the_figures(tmp_path: Path) -> None:
-    ident = {"data": "d", "seed": 0, "dials": {"q_ratio": 0.2, "r": 3.0, "grad_scale": 0.05, "clip_bound": 0.5}}
+    dials = {"q_ratio": 0.2, "r": 3.0, "grad_scale": 0.05, "clip_bound": 0.5}
+    ident: dict[str, Any] = {"data": "d", "seed": 0, "dials": dials}
     key = pf.cache_key("attacks", ident)
     calls: list[int] = []
 
@@ -61,11 +62,10 @@ def test_cache_computes_once_and_keys_on_what_changes_the_figures(tmp_path: Path
     assert pf.cached(tmp_path, key, compute) == ({"f1": 0.01}, True)
     assert len(calls) == 1
     assert not list(tmp_path.glob("*.tmp"))
-    moved = {**ident, "dials": {**ident["dials"], "r": 2.0}}
+    moved = {**ident, "dials": {**dials, "r": 2.0}}
     assert pf.cache_key("attacks", moved) != key
     assert pf.cache_key("attacks", {**ident, "seed": 1}) != key
     assert pf.cache_key("utility", ident) != key
-
 
 
 def test_main_computes_each_part_once_then_reports_from_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -73,8 +73,17 @@ def test_main_computes_each_part_once_then_reports_from_the_cache(tmp_path: Path
     """Through main: a missing point under --cached-only, computed parts cached, a rerun computing nothing."""
     calls: list[str] = []
     f1 = {"0.2": 0.012, "0.5": 0.03, "0.8": 0.011}  # share 0.5 breaks the 0.02 bar
-    monkeypatch.setattr(pf, "attack_federation", lambda *a, **k: calls.append("attack data") or "fed")
-    monkeypatch.setattr(pf, "ranking_federation", lambda *a, **k: calls.append("ranking data") or ("p", "v"))
+
+    def attack_data(*_: Any, **__: Any) -> str:
+        calls.append("attack data")
+        return "fed"
+
+    def ranking_data(*_: Any, **__: Any) -> tuple[str, str]:
+        calls.append("ranking data")
+        return "p", "v"
+
+    monkeypatch.setattr(pf, "attack_federation", attack_data)
+    monkeypatch.setattr(pf, "ranking_federation", ranking_data)
 
     def attacks(fed: str, *, config: Any, shares: list[float], seed: int) -> dict[str, Any]:
         calls.append(f"attacks q={config.q_ratio}")
