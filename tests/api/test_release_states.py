@@ -22,12 +22,12 @@ class FakeParty:
     def __init__(self, party_id: str) -> None:
         self.party_id, self.staged, self.serving, self.down = party_id, set[str](), None, False
 
-    def stage(self, *, run_id: str, round_index: int, release_id: str) -> tuple[int, list[dict[str, Any]]]:
+    def stage(self, *, run_id: str, round_index: int, release_id: str) -> dict[str, Any]:
         if self.down:
             raise PartyUnavailable(f"party {self.party_id} unavailable")
         self.staged.add(release_id)
         value = [{"slice": "all", "users": 40, "local_ndcg10": 0.2, "federated_ndcg10": 0.25, "served_ndcg10": 0.3}]
-        return len(self.staged), value if self.party_id == "a" else []
+        return {"version": len(self.staged), "value": value if self.party_id == "a" else []}
 
     def activate_release(self, *, release_id: str) -> int:
         if self.down or release_id not in self.staged:
