@@ -79,6 +79,7 @@ class _Run:
     current: tuple[int, int] | None = None  # (round, attempt) in progress
     last: tuple[int, int, str, int] | None = None  # the latest step answered (a recovery may follow only it)
     published: dict[int, ServingModel] = field(default_factory=dict)  # round -> model with its component (a retry reuses it)
+    published_value: list[dict[str, Any]] = field(default_factory=list)  # that model's value-report rows
     cache: dict[tuple[int, int, str, int], bytes] = field(default_factory=dict)
     warm: WarmStartRef | None = None  # the release a warm run starts from
     aggregation: Any = None  # the run's party-side aggregation strategy (built at start)
