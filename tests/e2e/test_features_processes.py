@@ -1,5 +1,6 @@
 """Party processes given features with `fedrec party ingest --kind user-features/item-features`, a run created
-with no settings, and predictions served by the coordinator: their test RMSE is the in-process figure."""
+with no settings, and predictions served by the coordinator: the released federated model's test RMSE is the
+in-process figure, and what the coordinator serves is that model with each party's rating component."""
 
 from __future__ import annotations
 
@@ -10,13 +11,32 @@ import httpx
 import numpy as np
 import pytest
 
+from sqlalchemy import create_engine, select
+from sqlalchemy.orm import Session
+
 from cli.localfed import ADMIN, API_KEY, party_proc
+from services.db.party_tables import ModelArtifact
+from services.party.serving import ARTIFACT_NAME, ServingModel, served
 from services.verfedgnn.config import run_config
 from services.verfedgnn.reference import run_reference
 from tests.support.features import feature_rows, ingest_features, write_features
 from tests.support.federation import process_federation, tiny_parties
 
 pytestmark = [pytest.mark.slow]
+
+
+def _released_model(db: Path) -> ServingModel:
+    """The serving model a party process answers from, read from its database."""
+    engine = create_engine(f"sqlite:///{db}")
+    try:
+        with Session(engine) as session:
+            found = served(session=session)
+            assert found is not None
+            payload = session.scalar(select(ModelArtifact.payload).where(ModelArtifact.name == ARTIFACT_NAME,
+                                                                         ModelArtifact.version == found[0]))
+            return ServingModel.from_bytes(payload)
+    finally:
+        engine.dispose()
 ROUNDS, SEED = 4, 3
 
 
@@ -47,7 +67,16 @@ def test_served_predictions_of_a_run_with_features_match_the_inprocess_run(tmp_p
         answer = served.json()
         assert answer["partial"] is False and all(p["fallback"] is None for p in answer["predictions"])
         got = np.array([p["rating"] for p in answer["predictions"]])
-        rmse_served = math.sqrt(float(np.mean((got - np.array([x for *_, x in pairs])) ** 2)))
+        truth = np.array([x for *_, x in pairs])
+        models = {pid: _released_model(tmp_path / pid / "party.db") for pid in datasets}
+    fed_only, with_component = np.empty(len(pairs)), np.empty(len(pairs))
+    for j, (u, i, pid, _) in enumerate(pairs):
+        m = models[pid]
+        row, col = np.array([list(m.user_ids).index(u)]), np.array([list(m.item_ids).index(i)])
+        fed_only[j] = m.without_component().scores(row, col)[0]
+        with_component[j] = m.scores(row, col)[0]
+    np.testing.assert_allclose(got, with_component, atol=1e-6)  # served: the model with the party's component
+    rmse_served = math.sqrt(float(np.mean((fed_only - truth) ** 2)))  # the federated model alone
     config = run_config(run["config"], seed=SEED, rounds=ROUNDS)  # what the run resolved (the default preset)
     ref = run_reference(parties=datasets, config=config, rounds=ROUNDS, features=feature_rows(files))
     figure = ref.history[release["round_index"]].rmse["test"]

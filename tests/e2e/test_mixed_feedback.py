@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
+from sqlalchemy import create_engine, select
+from sqlalchemy.orm import Session
 
 from cli.localfed import (
     ADMIN,
@@ -29,6 +32,9 @@ from cli.localfed import (
 )
 from services.data.tastes import generate_tastes
 from services.data.types import Dataset, Ratings
+from services.db.party_tables import ModelArtifact
+from services.party.serving import ARTIFACT_NAME, ServingModel
+from services.party.serving import served as served_version
 
 ROUNDS = 6
 CONFIG = {"dim": 8, "rank_dims": 4}  # the default preset (tuned-ranking), smaller
@@ -82,7 +88,7 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             refused = coord.wait(coord.create_run(rounds=2, config={**CONFIG, "rank_weight": 0.0, "rank_dims": 0},
                                                   min_parties=2)["run_id"], timeout=120)
             run = coord.wait(coord.create_run(rounds=ROUNDS, config=CONFIG, min_parties=2)["run_id"], timeout=600)
-            yield {"http": http, "urls": {p: procs[p].url for p in procs}, "films": films, "books": books,
+            yield {"root": root, "http": http, "urls": {p: procs[p].url for p in procs}, "films": films, "books": books,
                    "refused": refused, "run": run}
     finally:
         for proc in procs.values():
@@ -96,6 +102,20 @@ def test_an_implicit_party_refuses_a_run_without_the_ranking_objective(mixed: di
     assert "policy_refused" in why and "rank_weight" in why and "films" not in refused["excluded"], refused
 
 
+def _released_model(db: Path) -> ServingModel:
+    """The serving model a party process answers from, read from its database."""
+    engine = create_engine(f"sqlite:///{db}")
+    try:
+        with Session(engine) as session:
+            found = served_version(session=session)
+            assert found is not None
+            payload = session.scalar(select(ModelArtifact.payload).where(ModelArtifact.name == ARTIFACT_NAME,
+                                                                         ModelArtifact.version == found[0]))
+            return ServingModel.from_bytes(payload)
+    finally:
+        engine.dispose()
+
+
 def test_the_mixed_run_completes_and_pooled_rmse_is_the_explicit_partys(mixed: dict[str, Any]) -> None:
     run, films, http, url = mixed["run"], mixed["films"], mixed["http"], mixed["urls"]["films"]
     assert run["state"] == "completed", run["detail"]
@@ -107,10 +127,17 @@ def test_the_mixed_run_completes_and_pooled_rmse_is_the_explicit_partys(mixed: d
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["score_kind"] == "rating"
-    served = [(p["rating"], float(x)) for p, x in zip(body["predictions"], films.test.ratings.tolist())
+    served = [(p["rating"], float(x), p["user_id"], p["item_id"])
+              for p, x in zip(body["predictions"], films.test.ratings.tolist())
               if p["fallback"] is None]  # the aligned users: the ratings the run scores
-    assert len(served) > 100 and all(1.0 <= s <= 5.0 for s, _ in served)
-    rmse = math.sqrt(sum((s - x) ** 2 for s, x in served) / len(served))
+    assert len(served) > 100 and all(1.0 <= s <= 5.0 for s, *_ in served)
+    # the run's pooled figure is films' federated model alone (what it serves adds films' rating component)
+    model = _released_model(mixed["root"] / "films" / "party.db")
+    users = np.array([list(model.user_ids).index(u) for *_, u, _ in served])
+    items = np.array([list(model.item_ids).index(i) for *_, i in served])
+    np.testing.assert_allclose([s for s, *_ in served], model.scores(users, items), atol=1e-6)
+    fed_only = model.without_component().scores(users, items)
+    rmse = math.sqrt(float(np.mean((fed_only - np.array([x for _, x, *_ in served])) ** 2)))
     # books' weights (1 and 2) would pull the pooled figure far from films' own if they were scored
     assert pooled == pytest.approx(rmse, rel=1e-3)
 

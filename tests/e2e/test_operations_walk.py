@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from cli.localfed import Proc, free_port, start_all
+from tests.support.identities import pin_peers
 from tests.support.layout import DATA
 
 ML100K = DATA / "ml-100k"
@@ -49,6 +50,7 @@ def test_the_operations_walk_runs_as_written(tmp_path: Path) -> None:
                "PARTY_SECRET": secrets.token_hex(32), "OMP_NUM_THREADS": "1"}
         procs[pid] = Proc(pid, f"http://127.0.0.1:{port}", env,
                           [sys.executable, "-m", "cli.main", "party", "serve", "--port", str(port)], home / "log.txt")
+    pin_peers({pid: procs[pid].env for pid in procs})  # outside dev mode each party pins its peers' keys
     port = free_port()
     cenv = {"COORD_DATABASE_URL": f"sqlite:///{tmp_path / 'coordinator.db'}", "COORD_DATA_DIR": str(tmp_path),
             "COORD_ADMIN_TOKEN": admin, "COORD_API_KEYS": json.dumps([api_key]), "OMP_NUM_THREADS": "1"}

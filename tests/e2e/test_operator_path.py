@@ -20,6 +20,7 @@ import pytest
 
 from cli.localfed import Proc, free_port, start_all
 from services.evaluation.ranking import RELEVANT_THRESHOLD, ndcg_at_k
+from tests.support.identities import pin_peers
 from tests.support.layout import DATA
 
 ML100K = DATA / "ml-100k"
@@ -46,6 +47,7 @@ def test_by_hand_default_run_serves_a_top_10_worth_serving(tmp_path: Path) -> No
                "PARTY_API_KEYS": json.dumps([api_key]), "PARTY_SECRET": secrets.token_hex(32), "OMP_NUM_THREADS": "1"}
         parties[pid] = Proc(pid, f"http://127.0.0.1:{port}", env,
                             [sys.executable, "-m", "cli.main", "party", "serve", "--port", str(port)], home / "log.txt")
+    pin_peers({pid: proc.env for pid, proc in parties.items()})  # outside dev mode each party pins its peers' keys
     port = free_port()
     cenv = {"COORD_DATABASE_URL": f"sqlite:///{tmp_path / 'coordinator.db'}", "COORD_DATA_DIR": str(tmp_path),
             "COORD_ADMIN_TOKEN": admin, "COORD_API_KEYS": json.dumps([api_key]), "OMP_NUM_THREADS": "1"}

@@ -114,7 +114,7 @@ def federation(root: Path, *, n_parties: int = 3, wrap: Callable[[str, Any], Any
         stack.callback(coordinator.stop)
         client = CoordinatorClient(coordinator.url)
         for pid, live in servers.items():
-            client.register(pid, live.url)
+            client.register(pid, live.url, tls_name=pid if "party_ca_file" in coord else None)
         yield Federation(servers, coordinator, datasets, root, client, http)
 
 
