@@ -175,8 +175,10 @@ def test_release_cli(fed: Federation) -> None:
     active = next(r for r, row in listed.items() if row["state"] == "active")
     code, output = cli("list")
     assert code == 0 and all(r in output for r in listed) and "active" in output and "retired" in output, output
-    code, output = cli("show", active)
+    code, output = cli("show", active, "--json")
     assert code == 0 and json.loads(output)["release_id"] == active
+    code, output = cli("show", active)
+    assert code == 0 and f"release {active}: active" in output and "value report" in output, output
     code, output = cli("activate", active)
     assert code == 0 and f"release {active}: active" in output, output
     code, output = cli("activate", "release-99")

@@ -79,6 +79,7 @@ def test_coordinator_database_holds_no_party_credential_in_clear(procs: tuple[Pa
     assert key.exists() and _mode(key) == 0o600
     # The sealed credential still opens the party: the fan-out is answered by it (no model yet: 409 code).
     r = httpx.get(f"{coord}/v1/users/{USER}/recommendations", headers={"X-API-Key": API_KEY})
-    assert r.status_code in (200, 404), r.text
+    # the party's own model_not_ready comes back (a refused credential would be 502 party_unavailable)
+    assert r.status_code == 409 and r.json()["code"] == "model_not_ready", r.text
     if r.status_code == 200:
         assert "forbidden" not in r.text and "unauthorized" not in r.text
