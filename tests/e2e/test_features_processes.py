@@ -11,32 +11,14 @@ import httpx
 import numpy as np
 import pytest
 
-from sqlalchemy import create_engine, select
-from sqlalchemy.orm import Session
-
 from cli.localfed import ADMIN, API_KEY, party_proc
-from services.db.party_tables import ModelArtifact
-from services.party.serving import ARTIFACT_NAME, ServingModel, served
 from services.verfedgnn.config import run_config
 from services.verfedgnn.reference import run_reference
 from tests.support.features import feature_rows, ingest_features, write_features
 from tests.support.federation import process_federation, tiny_parties
+from tests.support.released import released_model
 
 pytestmark = [pytest.mark.slow]
-
-
-def _released_model(db: Path) -> ServingModel:
-    """The serving model a party process answers from, read from its database."""
-    engine = create_engine(f"sqlite:///{db}")
-    try:
-        with Session(engine) as session:
-            found = served(session=session)
-            assert found is not None
-            payload = session.scalar(select(ModelArtifact.payload).where(ModelArtifact.name == ARTIFACT_NAME,
-                                                                         ModelArtifact.version == found[0]))
-            return ServingModel.from_bytes(payload)
-    finally:
-        engine.dispose()
 ROUNDS, SEED = 4, 3
 
 
@@ -68,7 +50,7 @@ def test_served_predictions_of_a_run_with_features_match_the_inprocess_run(tmp_p
         assert answer["partial"] is False and all(p["fallback"] is None for p in answer["predictions"])
         got = np.array([p["rating"] for p in answer["predictions"]])
         truth = np.array([x for *_, x in pairs])
-        models = {pid: _released_model(tmp_path / pid / "party.db") for pid in datasets}
+        models = {pid: released_model(tmp_path / pid / "party.db") for pid in datasets}
     fed_only, with_component = np.empty(len(pairs)), np.empty(len(pairs))
     for j, (u, i, pid, _) in enumerate(pairs):
         m = models[pid]

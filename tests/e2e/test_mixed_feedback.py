@@ -17,8 +17,6 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from sqlalchemy import create_engine, select
-from sqlalchemy.orm import Session
 
 from cli.localfed import (
     ADMIN,
@@ -32,9 +30,7 @@ from cli.localfed import (
 )
 from services.data.tastes import generate_tastes
 from services.data.types import Dataset, Ratings
-from services.db.party_tables import ModelArtifact
-from services.party.serving import ARTIFACT_NAME, ServingModel
-from services.party.serving import served as served_version
+from tests.support.released import released_model
 
 ROUNDS = 6
 CONFIG = {"dim": 8, "rank_dims": 4}  # the default preset (tuned-ranking), smaller
@@ -102,20 +98,6 @@ def test_an_implicit_party_refuses_a_run_without_the_ranking_objective(mixed: di
     assert "policy_refused" in why and "rank_weight" in why and "films" not in refused["excluded"], refused
 
 
-def _released_model(db: Path) -> ServingModel:
-    """The serving model a party process answers from, read from its database."""
-    engine = create_engine(f"sqlite:///{db}")
-    try:
-        with Session(engine) as session:
-            found = served_version(session=session)
-            assert found is not None
-            payload = session.scalar(select(ModelArtifact.payload).where(ModelArtifact.name == ARTIFACT_NAME,
-                                                                         ModelArtifact.version == found[0]))
-            return ServingModel.from_bytes(payload)
-    finally:
-        engine.dispose()
-
-
 def test_the_mixed_run_completes_and_pooled_rmse_is_the_explicit_partys(mixed: dict[str, Any]) -> None:
     run, films, http, url = mixed["run"], mixed["films"], mixed["http"], mixed["urls"]["films"]
     assert run["state"] == "completed", run["detail"]
@@ -132,7 +114,7 @@ def test_the_mixed_run_completes_and_pooled_rmse_is_the_explicit_partys(mixed: d
               if p["fallback"] is None]  # the aligned users: the ratings the run scores
     assert len(served) > 100 and all(1.0 <= s <= 5.0 for s, *_ in served)
     # the run's pooled figure is films' federated model alone (what it serves adds films' rating component)
-    model = _released_model(mixed["root"] / "films" / "party.db")
+    model = released_model(mixed["root"] / "films" / "party.db")
     users = np.array([list(model.user_ids).index(u) for *_, u, _ in served])
     items = np.array([list(model.item_ids).index(i) for *_, i in served])
     np.testing.assert_allclose([s for s, *_ in served], model.scores(users, items), atol=1e-6)

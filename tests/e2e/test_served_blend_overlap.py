@@ -17,19 +17,19 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from sqlalchemy import create_engine, select
+from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 
 from cli.localfed import ADMIN, API_KEY, CoordinatorClient, coordinator_proc, party_proc, start_all
 from models.blend import histories
-from services.db.party_tables import ModelArtifact
 from services.federation.plan import RatingTable
 from services.party import fed_store as store
 from services.party.federation import FederationService
-from services.party.serving import ARTIFACT_NAME, ServingModel, served
+from services.party.serving import ServingModel
 from services.protocol.federation import unpack_tree
 from services.verfedgnn.local import fit_local
 from services.verfedgnn.plan import PLAN
+from tests.support.released import served_model
 
 ROUNDS, SEED, K = 5, 11, 10
 CONFIG = {"dim": 8, "layers": 2, "rank_dims": 2, "patience": ROUNDS}
@@ -47,11 +47,7 @@ def _served_model(db: Path) -> tuple[ServingModel, list[str], list[str], RatingT
     engine = create_engine(f"sqlite:///{db}")
     try:
         with Session(engine) as session:
-            found = served(session=session)
-            assert found is not None
-            payload = session.scalar(select(ModelArtifact.payload).where(ModelArtifact.name == ARTIFACT_NAME,
-                                                                         ModelArtifact.version == found[0]))
-            model = ServingModel.from_bytes(payload)
+            model = served_model(session)
             alignment = store.get_artifact(session=session, name=f"alignment:{model.run_id}")
             assert alignment is not None
             users = [str(u) for u in unpack_tree(alignment[1])["user_ids"].tolist()]
