@@ -19,6 +19,7 @@ Either way the protocol's round is one sequence: it never knows which strategy c
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Executor
@@ -55,6 +56,18 @@ from services.federation.links import Link, Message, Step
 MIN_MASKED = 2  # a masked sum over one party would be that party's value in the clear
 RECOVERY = "recovery:"  # prefix of the step that unmasks a masked step's sum (after dropouts too)
 KEEP_VERSIONS = 8  # state versions whose masked sets a party keeps (a retry rewinds to a kept snapshot only)
+
+
+def inputs_digest(message: Mapping[str, Any]) -> str:
+    """SHA-256 of the public parameters a `begin` carries: with the party's state version, what its values are of."""
+    public = message.get("public")
+    h = hashlib.sha256()
+    if isinstance(public, Mapping):
+        for name in sorted(public, key=str):
+            arr = np.ascontiguousarray(public[name])
+            h.update(f"{name}|{arr.dtype.str}|{arr.shape}|".encode())
+            h.update(arr.tobytes())
+    return h.hexdigest()
 CONSISTENCY = "consistency:"  # prefix of the step where the survivors sign the survivor set, before any reveal
 
 
@@ -252,7 +265,8 @@ class PartyAggregation(Protocol):
 
     name: str
 
-    def open_round(self, step: Step, participants: Sequence[str], labels: Sequence[str]) -> Message:
+    def open_round(self, step: Step, participants: Sequence[str], labels: Sequence[str], *,
+                   inputs: str = "") -> Message:
         """At `begin`: what the strategy publishes for the attempt's summed steps (nothing when plain)."""
         ...
 
@@ -287,7 +301,8 @@ class PlainUpload:
 
     name = "plain"
 
-    def open_round(self, step: Step, participants: Sequence[str], labels: Sequence[str]) -> Message:
+    def open_round(self, step: Step, participants: Sequence[str], labels: Sequence[str], *,
+                   inputs: str = "") -> Message:
         """Nothing to publish."""
         return {}
 
@@ -317,7 +332,7 @@ class _Attempt:
     secrets: dict[str, StepSecrets]  # label -> own step secrets
     publics: dict[str, dict[str, bytes]] = field(default_factory=dict)  # label -> party -> step public key
     shares: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # label -> owner -> my shares
-    version: int = -1  # the party's state version the attempt masks values of
+    version: tuple[int, str] = (-1, "")  # the party's state version and the begin's inputs digest it masks values of
     accepted: bool = False
     masked: dict[str, tuple[str, ...]] = field(default_factory=dict)  # label -> participants masked with
     signed: dict[str, tuple[str, ...]] = field(default_factory=dict)  # label -> the one survivor set signed
@@ -329,8 +344,9 @@ class MaskedUpload:
 
     The participant universe is the peer set fixed at configuration (`parties`): a round over anyone
     outside it, or over fewer than that set's threshold, is refused. One mask per value: the party's
-    value is keyed on its state version (what applying a round's update changes, `version`), so a
-    value masked for one participant set is never masked for another, in any round or attempt. An
+    value is keyed on its state version (what applying a round's update changes, `version`) and on the
+    digest of the public parameters the round began with (`inputs_digest`), so a value masked for one
+    participant set is never masked for another, in any round or attempt. An
     unmasking request is answered once per step, only after this party signed that step's survivor
     set and is shown at least t valid signatures of authenticated peers over the same set (the
     consistency round), and only for a partition of the parties it masked with into survivors
@@ -350,8 +366,10 @@ class MaskedUpload:
         # the party's state version a round begins from; without one (in-process runs), the round index
         self.version = version or (lambda step: step.round_index)
         self._attempt: _Attempt | None = None
-        self._sets: dict[tuple[int, str], tuple[str, ...]] = {}  # (version, label) -> the one set it was masked for
-        self._holders: dict[int, tuple[str, ...]] = {}  # version -> the participants of the attempt that masked it
+        # (version, inputs digest, label) -> the one set it was masked for
+        self._sets: dict[tuple[int, str, str], tuple[str, ...]] = {}
+        # (version, inputs digest) -> the participants of the attempt that masked it
+        self._holders: dict[tuple[int, str], tuple[str, ...]] = {}
 
     @property
     def party_id(self) -> str:
@@ -365,19 +383,30 @@ class MaskedUpload:
 
     def export(self) -> dict[str, Any]:
         """Which participant set each state version (and each of its values) was masked for, to persist."""
-        keep = sorted(self._holders)[-KEEP_VERSIONS:]
-        return {"holders": {str(v): list(self._holders[v]) for v in keep},
-                "sets": [[v, label, list(names)] for (v, label), names in sorted(self._sets.items()) if v in keep]}
+        keep = set(sorted({v for v, _ in self._holders})[-KEEP_VERSIONS:])
+        return {"holders": [[v, d, list(h)] for (v, d), h in sorted(self._holders.items()) if v in keep],
+                "sets": [[v, d, label, list(names)] for (v, d, label), names in sorted(self._sets.items())
+                         if v in keep]}
 
     def load(self, saved: Mapping[str, Any]) -> None:
         """Restore what `export` kept (a party restarted mid-run masks nothing again for another set)."""
-        self._holders = {int(v): tuple(h) for v, h in dict(saved.get("holders") or {}).items()}
-        self._sets = {(int(v), str(label)): tuple(names) for v, label, names in list(saved.get("sets") or [])}
+        holders = saved.get("holders") or []
+        if isinstance(holders, Mapping):  # the record before inputs were part of the key: any inputs match it
+            self._holders = {(int(v), ""): tuple(h) for v, h in holders.items()}
+            self._sets = {(int(v), "", str(label)): tuple(names) for v, label, names in list(saved.get("sets") or [])}
+            return
+        self._holders = {(int(v), str(d)): tuple(h) for v, d, h in list(holders)}
+        self._sets = {(int(v), str(d), str(label)): tuple(names)
+                      for v, d, label, names in list(saved.get("sets") or [])}
+
+    def _first(self, version: int, inputs: str) -> tuple[str, ...] | None:
+        """The set a value of (version, inputs) was masked for (a record without inputs matches any)."""
+        return self._holders.get((version, inputs)) or self._holders.get((version, ""))
 
     def _context(self, round_index: int, attempt: int, sender: str, recipient: str) -> str:
         return f"{self.secagg.run_id}|r{round_index}|a{attempt}|{sender}>{recipient}"
 
-    def check_begin(self, participants: Sequence[str], *, version: int) -> tuple[str, ...]:
+    def check_begin(self, participants: Sequence[str], *, version: int, inputs: str = "") -> tuple[str, ...]:
         """The attempt's participants, sorted; ProtocolError when a round over them may not begin here."""
         holders = tuple(sorted({str(p) for p in participants}))
         outside = sorted(set(holders) - self.parties)
@@ -388,20 +417,22 @@ class MaskedUpload:
             raise ProtocolError(f"a masked round needs this party and at least {self.floor} parties (the threshold "
                                 f"of the configured peer set of {len(self.configured)}), got {list(holders)}",
                                 extra={"field": "participants"})
-        first = self._holders.get(version)
+        first = self._first(version, inputs)
         if first is not None and first != holders:
             # two sums of one value over different sets differ by the values of the parties left out
-            raise ProtocolError(f"one mask per value: this party's state version {version} was already masked for "
-                                f"{list(first)}, not again for {list(holders)}", extra={"field": "participants"})
+            raise ProtocolError(f"one mask per value: this party's state version {version} with these public "
+                                f"parameters was already masked for {list(first)}, not again for {list(holders)}",
+                                extra={"field": "participants"})
         return holders
 
-    def open_round(self, step: Step, participants: Sequence[str], labels: Sequence[str]) -> Message:
+    def open_round(self, step: Step, participants: Sequence[str], labels: Sequence[str], *,
+                   inputs: str = "") -> Message:
         """Draw this attempt's step secrets, share them among the participants, seal each peer's shares."""
         version = self.version(step)
-        holders = self.check_begin(participants, version=version)
+        holders = self.check_begin(participants, version=version, inputs=inputs)
         t = max(threshold_for(len(holders)), threshold_for(len(self.configured)))
         secrets = {label: StepSecrets.draw(self.random_bytes) for label in labels}
-        att = _Attempt(step.round_index, step.attempt, holders, t, secrets, version=version)
+        att = _Attempt(step.round_index, step.attempt, holders, t, secrets, version=(version, inputs))
         per_holder = {label: sec.shares(holders=holders, threshold=t) for label, sec in secrets.items()}
         for label, sec in secrets.items():
             att.publics.setdefault(label, {})[self.party_id] = sec.public
@@ -459,10 +490,10 @@ class MaskedUpload:
         missing = [p for p in names if p not in att.publics.get(label, {})]
         if label not in att.secrets or missing:
             raise ProtocolError(f"{label}: no step keys from {missing or 'this party'}", extra={"field": "participants"})
-        first = self._sets.setdefault((att.version, label), names)
+        first = self._sets.get((att.version[0], "", label)) or self._sets.setdefault((*att.version, label), names)
         if first != names:
             # two sums of one value over different sets differ by the values of the parties left out
-            raise ProtocolError(f"one mask per value: {step.name} of state version {att.version} was already masked "
+            raise ProtocolError(f"one mask per value: {step.name} of state version {att.version[0]} was already masked "
                                 f"for {list(first)}", extra={"field": "participants"})
         self._holders.setdefault(att.version, att.holders)
         value = encode_fixed(contribution.vector())

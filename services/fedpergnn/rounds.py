@@ -23,6 +23,7 @@ from services.federation.aggregation import (
     PartyAggregation,
     PlainSum,
     PlainUpload,
+    inputs_digest,
 )
 from services.federation.fanout import fan_out
 from services.federation.links import (
@@ -110,7 +111,8 @@ class FedPerGNNHandler:
             if not isinstance(public, dict):
                 raise ProtocolError("begin carries the public parameters", extra={"field": "public"})
             self._public = (step.round_index, public)  # the forward runs at finish, over the expanded graph
-            return self.aggregation.open_round(step, [str(p) for p in message.get("participants", [])], ["finish|-1"])
+            return self.aggregation.open_round(step, [str(p) for p in message.get("participants", [])], ["finish|-1"],
+                                               inputs=inputs_digest(message))
         if step.name == "finish":
             if self._public is None or self._public[0] != step.round_index:
                 raise ProtocolError("finish before begin", extra={"field": "step"})

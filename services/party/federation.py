@@ -22,6 +22,7 @@ from services.federation.aggregation import (
     CONSISTENCY,
     RECOVERY,
     MaskedUpload,
+    inputs_digest,
     participants_of,
     party_aggregation,
     secure_run,
@@ -498,7 +499,8 @@ class FederationService:
                 if isinstance(run.aggregation, MaskedUpload) and "participants" in message:  # before the trainer moves
                     retry = run.done >= step.round_index  # then the state goes back to the snapshot before the round
                     run.aggregation.check_begin(participants_of(message),
-                                                version=step.round_index + 1 if retry else run.done + 2)
+                                                version=step.round_index + 1 if retry else run.done + 2,
+                                                inputs=inputs_digest(message))
                 self._rewind(session, run, step)
             assert run.side is not None
             answer = run.side.handler.handle(step, message)

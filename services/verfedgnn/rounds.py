@@ -24,6 +24,7 @@ from services.federation.aggregation import (
     PartyAggregation,
     PlainSum,
     PlainUpload,
+    inputs_digest,
 )
 from services.federation.fanout import fan_out
 from services.federation.links import InProcessLink, Link, Message, Step
@@ -111,7 +112,7 @@ class VerFedGNNParty:
             self._own = {}
             self.trainer.begin_round(round_index=step.round_index, public=self._public(message))
             labels = [f"projection|{k}" for k in range(self.trainer.public.config.n_layers)] + ["finish|-1"]
-            return self.aggregation.open_round(step, _participants(message), labels)
+            return self.aggregation.open_round(step, _participants(message), labels, inputs=inputs_digest(message))
         if step.name == "projection":
             return self.aggregation.wrap(step, message, self._projection(step.layer))
         if step.name == "total":

@@ -10,7 +10,7 @@ import pytest
 from services.crypto.secagg import SecAggParty
 from services.db.session import make_engine, make_sessionmaker, migrate
 from services.errors import ProtocolError
-from services.federation.aggregation import Contribution, MaskedUpload
+from services.federation.aggregation import Contribution, MaskedUpload, inputs_digest
 from services.federation.links import Step
 from services.federation.messages import KeyAnnouncementModel
 from services.party.federation import FederationService
@@ -73,3 +73,32 @@ def test_the_masked_value_record_survives_a_restart() -> None:
     with pytest.raises(ProtocolError, match="at least 2 parties"):
         again.open_round(Step("begin", 4), ["p0"], ["projection|0"])
     assert again.open_round(Step("begin", 4), NAMES, ["projection|0"])["secagg"]["threshold"] == 2
+
+
+def test_a_party_left_out_joins_another_set_once_the_public_parameters_moved_on() -> None:
+    """A party refused a retry (its value was masked for another set) is not shut out of the run for good:
+    the next round begins from other public parameters, so its value is another value. The same parameters
+    over another set stay refused, in memory and after a restart (the old record without inputs too)."""
+    sec = {p: SecAggParty(party_id=p, secret=p.encode() * 16, run_id="r") for p in NAMES}
+    for s in sec.values():
+        s.accept([t.announce() for t in sec.values()])
+    ups = {p: MaskedUpload(secagg=sec[p], parties=NAMES, version=lambda step: 7) for p in NAMES}
+    pair = ["p0", "p2"]
+    before = inputs_digest({"public": {"items": np.zeros((3, 2), np.float32)}})
+    after = inputs_digest({"public": {"items": np.full((3, 2), 0.5, np.float32)}})
+    assert before != after
+    opened = {p: ups[p].open_round(Step("begin", 6), pair, ["projection|0"], inputs=before) for p in pair}
+    ups["p0"].wrap(Step("projection", 6, 0, 0), {"participants": pair, "sealed_in": {"p2": opened["p2"]["secagg"]
+                                                                                           ["sealed"]["p0"]}},
+                   Contribution(vector=lambda: np.ones(4), message=dict))
+    with pytest.raises(ProtocolError, match="one mask per value"):  # round 6 retried over all three: same value
+        ups["p0"].open_round(Step("begin", 6, attempt=1), NAMES, ["projection|0"], inputs=before)
+    again = MaskedUpload(secagg=sec["p0"], parties=NAMES, version=lambda step: 7)
+    again.load(ups["p0"].export())
+    with pytest.raises(ProtocolError, match="one mask per value"):
+        again.open_round(Step("begin", 7), NAMES, ["projection|0"], inputs=before)
+    assert again.open_round(Step("begin", 7), NAMES, ["projection|0"], inputs=after)["secagg"]["threshold"] == 2
+    legacy = MaskedUpload(secagg=sec["p0"], parties=NAMES, version=lambda step: 7)
+    legacy.load({"holders": {"7": pair}, "sets": [[7, "projection|0", pair]]})
+    with pytest.raises(ProtocolError, match="one mask per value"):
+        legacy.open_round(Step("begin", 7), NAMES, ["projection|0"], inputs=after)
