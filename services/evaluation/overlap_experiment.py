@@ -25,6 +25,7 @@ from services.data.splits import assign_parties, implicit_feedback, keep_users, 
 from services.data.types import Dataset, Ratings
 from services.evaluation import ranking, topk
 from services.evaluation.harness import RoundCallback, alone
+from services.evaluation.served import served_scores
 from services.verfedgnn.config import TrainConfig
 from services.verfedgnn.reference import party_datas
 from services.verfedgnn.types import PartyData
@@ -269,15 +270,21 @@ def run_configuration(shares: Mapping[str, PartyShare], *, config: TrainConfig, 
     log(f"federated: best round {run.result.best_round} of {run.result.rounds_run}")
     rows = []
     for p in shares:
-        fed = slice_figures(evals[p], place_scores(evals[p], model_user_ids(shares[p], datas[p]), run.scores()[p]))
+        fed_scores = run.scores()[p]
+        ids = model_user_ids(shares[p], datas[p])
+        fed = slice_figures(evals[p], place_scores(evals[p], ids, fed_scores))
+        # what the party serves: the federated scores blended with its own EASE, as it fits them at publish
+        served = slice_figures(evals[p], place_scores(evals[p], ids, served_scores(datas[p], fed_scores,
+                                                                                   seed=config.seed).scores))
         for name in SLICES:
             if name not in fed:
                 continue
-            lo, fe = local[p][name], fed[name]
+            lo, fe, se = local[p][name], fed[name], served[name]
             rows.append({"party": p, "slice": name, "users": int(fe["users"]),
                          "local_ndcg@10": round(lo["ndcg@10"], 4), "federated_ndcg@10": round(fe["ndcg@10"], 4),
                          "local_recall@10": round(lo["recall@10"], 4),
                          "federated_recall@10": round(fe["recall@10"], 4),
+                         "served_ndcg@10": round(se["ndcg@10"], 4), "served_recall@10": round(se["recall@10"], 4),
                          "central_ndcg@10": round(ceiling[p][name]["ndcg@10"], 4),
                          "central_recall@10": round(ceiling[p][name]["recall@10"], 4)})
     return rows
