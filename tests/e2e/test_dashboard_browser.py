@@ -159,6 +159,19 @@ def test_index_lists_releases_and_activates_one(tmp_path: Path) -> None:
             wait.until(lambda _: "release-1 is active" in status.text)
             assert "rollback" in status.text
             wait.until(lambda _: "active" in browser.find_element(By.ID, "release-release-1").text)
+            # the active release's value report, plotted: three bars (alone, federated, served) per party and slice
+            active = httpx.get(f"{fed.coordinator.url}/v1/releases/release-1", headers=admin, timeout=30).json()
+            report = active["value_report"]
+            assert report and all(report.values())
+            wait.until(lambda _: "release-1 (active)" in browser.find_element(By.ID, "value-caption").text)
+            bars = {(b.get_attribute("data-party"), b.get_attribute("data-slice"), b.get_attribute("data-key")):
+                    float(b.get_attribute("data-value") or "nan")
+                    for b in browser.find_elements(By.CSS_SELECTOR, "#value-chart rect.value-bar")}
+            expected = {(party, row["slice"], key): row[key] for party, rows in report.items() for row in rows
+                        for key in ("local_ndcg10", "federated_ndcg10", "served_ndcg10")}
+            assert bars.keys() == expected.keys()
+            assert all(abs(bars[k] - v) < 1e-9 for k, v in expected.items())
+            browser.save_screenshot(str(tmp_path / "value-report.png"))
         finally:
             browser.quit()
         after = {r["release_id"]: r["state"] for r in httpx.get(f"{fed.coordinator.url}/v1/releases",
