@@ -6,10 +6,10 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import numpy as np
@@ -46,6 +46,18 @@ REFUSALS = ("policy_refused", "validation_failed")
 
 log = logging.getLogger("fedrec.coordinator")
 
+
+
+T = TypeVar("T")
+
+
+def retry_clients(clients: Mapping[str, T], bound: Sequence[str] | None) -> dict[str, T]:
+    """The parties a round attempt goes to: after a masked attempt failed, exactly the set its first summed step
+    went to when every one of them is enabled (each may mask that round's value for that set only, so another
+    set would be refused by them); otherwise every enabled party."""
+    if bound and set(bound) <= set(clients):
+        return {p: clients[p] for p in sorted(bound)}
+    return dict(clients)
 
 class Cancelled(Exception):
     """The run was cancelled or the coordinator is shutting down."""
@@ -447,6 +459,7 @@ class RunManager:
         the rounds ended before the cap (None: they reached it).
         """
         attempt = 0
+        bound: list[str] | None = None  # the set a failed attempt's first summed step went to (retry over it)
         serves_lists = ranks(engine.config)
         with self.sessions() as session:  # a resumed run: the parties kept its best round so far
             done = runs.rounds_of(session=session, run_id=run_id)
@@ -484,7 +497,7 @@ class RunManager:
                 self._wait(run_id, runs.PAUSED, f"round {t}: only {sorted(clients)} enabled, "
                            f"min_parties={run.min_parties}")
                 continue
-            links = {p: HttpLink(c, run_id=run_id) for p, c in clients.items()}
+            links = {p: HttpLink(c, run_id=run_id) for p, c in retry_clients(clients, bound).items()}
             # One request id per round attempt: every party logs it, so a round can be followed across services.
             with bound_request_id(f"{run_id}.r{t}.a{attempt}") as request_id:
                 log.info("round started", extra={"run_id": run_id, "round": t, "attempt": attempt})
@@ -493,6 +506,8 @@ class RunManager:
             sent, received = counter.snapshot()
             if outcome.metrics is None:
                 attempt += 1
+                if outcome.masked_with and strategy.name == "masked":
+                    bound = list(outcome.masked_with)
                 with self.sessions() as session:
                     runs.add_traffic(session=session, run_id=run_id, sent=sent, received=received)
                 self._wait(run_id, runs.PAUSED, f"round {t}: {len(outcome.participants)} parties answered, "
@@ -529,7 +544,7 @@ class RunManager:
                     patience=rank_patience if watched == VALID_NDCG else patience, seconds=seconds, minutes_left=left))
             if self.on_round is not None:
                 self.on_round(run_id, record, RunContract(registry.plan(protocol), engine.config))
-            attempt = 0
+            attempt, bound = 0, None
             self._stalled_since.pop(run_id, None)
 
     @staticmethod

@@ -368,7 +368,7 @@ class MaskedUpload:
         self._attempt: _Attempt | None = None
         # (version, inputs digest, label) -> the one set it was masked for
         self._sets: dict[tuple[int, str, str], tuple[str, ...]] = {}
-        # (version, inputs digest) -> the participants of the attempt that masked it
+        # (version, inputs digest) -> the set the attempt's first masked step went to
         self._holders: dict[tuple[int, str], tuple[str, ...]] = {}
 
     @property
@@ -495,7 +495,8 @@ class MaskedUpload:
             # two sums of one value over different sets differ by the values of the parties left out
             raise ProtocolError(f"one mask per value: {step.name} of state version {att.version[0]} was already masked "
                                 f"for {list(first)}", extra={"field": "participants"})
-        self._holders.setdefault(att.version, att.holders)
+        # a begin is then only accepted over this set: the coordinator's retry of the round goes to it
+        self._holders.setdefault(att.version, names)
         value = encode_fixed(contribution.vector())
         ctx = step_context(round_index=step.round_index, attempt=step.attempt, step=step.name, layer=step.layer)
         own = att.secrets[label]

@@ -48,6 +48,9 @@ class RoundOutcome:
     metrics: RoundMetrics | None
     participants: list[str]
     failures: dict[str, str] = field(default_factory=dict)
+    # the parties the attempt's first summed step was sent to: under masking each of them may now mask that
+    # value for this set only, so a retry of the round goes to exactly this set when it can (the runner)
+    masked_with: list[str] | None = None
 
 
 @dataclass(frozen=True)

@@ -172,10 +172,11 @@ def play_round(*, coord: CoordinatorTrainer, relay: Relay, config: FedPerGNNConf
         return finish_vector(to_gradient_upload(ldp_from_tree(m), n_users=n_users, grad_scale=gs), grad_scale=gs,
                              layout=layout)
 
+    masked_with = sorted(alive)  # the finish is the summed step
     got = agg.collect(links=dict(alive), step=Step("finish", round_index, attempt), pool=pool, decode=decode)
     failures.update(got.failures)
     if got.total is None or len(got.contributors) < need:
-        return RoundOutcome(None, got.contributors, failures)
+        return RoundOutcome(None, got.contributors, failures, masked_with=masked_with)
     grads, loss, metrics = unpack_finish(got.total, layout)
     out = coord.step_with_sums(round_index=round_index, participants=got.contributors, grads=grads, loss=loss,
                                metrics=metrics, upload_bytes=got.upload_bytes)

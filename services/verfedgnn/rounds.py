@@ -202,8 +202,15 @@ def run_round(
                 alive.pop(p)
         return len(alive) >= need
 
+    first: list[list[str]] = []  # the set of the first summed step, once sent
+
+    def abandoned() -> RoundOutcome:
+        return RoundOutcome(None, sorted(alive), failures, masked_with=first[0] if first else None)
+
     def summed(name: str, layer: int, decode: Any) -> np.ndarray | None:
         nonlocal sent
+        if not first:
+            first.append(sorted(alive))
         got = agg.collect(links=dict(alive), step=Step(name, round_index, attempt, layer), pool=pool, decode=decode)
         sent += got.upload_bytes
         ok = keep(got.contributors, got.failures)
@@ -215,11 +222,11 @@ def run_round(
     res, failed = fan_out(pool, alive, lambda link: link.call(begin, opening))
     agg.opened(begin, res, holders=opening["participants"])
     if not keep(list(res), {p: f"begin: {why}" for p, why in failed.items()}):
-        return RoundOutcome(None, sorted(alive), failures)
+        return abandoned()
     for layer in range(coord.public.config.n_layers):
         total = summed("projection", layer, lambda m: np.asarray(m["y"], np.float32))
         if total is None:
-            return RoundOutcome(None, sorted(alive), failures)
+            return abandoned()
         down: Message = {"total": total, "participants": sorted(alive)}
         step = Step("total", round_index, attempt, layer)
 
@@ -228,7 +235,7 @@ def run_round(
 
         res, failed = fan_out(pool, alive, total_down)
         if not keep(list(res), {p: f"total[{layer}]: {why}" for p, why in failed.items()}):
-            return RoundOutcome(None, sorted(alive), failures)
+            return abandoned()
     layout = finish_layout(public)
     scale = coord.config.grad_scale
 
@@ -237,7 +244,7 @@ def run_round(
 
     values = summed("finish", -1, decode_upload)
     if values is None:
-        return RoundOutcome(None, sorted(alive), failures)
+        return abandoned()
     grads, loss, metrics = unpack_finish(values, layout)
     contributors = sorted(alive)
     out = coord.step_with_sums(round_index=round_index, participants=contributors, grads=grads, loss=loss,

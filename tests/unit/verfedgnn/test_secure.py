@@ -14,6 +14,7 @@ from services.verfedgnn.party import PartyTrainer
 from services.verfedgnn.rounds import InProcessFederation, run_round
 from services.federation.aggregation import MaskedSum, MaskedUpload
 from services.federation.links import Link, MessageLog, RecordingLink
+from services.coordinator.runner import retry_clients
 from services.verfedgnn.secure import agree_in_process
 from tests.unit.verfedgnn.test_engine import tiny_parties
 from tests.unit.verfedgnn.test_rounds import FailingLink
@@ -113,3 +114,24 @@ def test_with_dp_only_training_sums_leave_the_party_and_its_data_is_randomized()
     again = training_data(data, config=config, local_seed=5)
     assert np.array_equal(noisy.train.items, again.train.items)  # one randomization per run, reproducible
     assert training_data(data, config=CFG, local_seed=5) is data  # DP off: untouched
+
+
+def test_a_round_retried_after_a_masked_attempt_goes_to_the_set_that_masked_and_completes() -> None:
+    """p1 is down at begin and p2 drops after masking its layer-0 projection: the attempt is abandoned with
+    p0 and p2 bound to {p0, p2} for this round. A retry over all three is refused by both (one mask per
+    value), so the run could never go on; the retry the runner makes, over the bound set, completes."""
+    _, masked = pair()
+    first = run_round(coord=masked.coordinator, links=fail(fail(masked.links, "p1", "begin"), "p2", "total[0]"),
+                      round_index=0, attempt=0, min_parties=2, aggregation=MaskedSum())
+    assert first.metrics is None and first.masked_with == ["p0", "p2"]
+    everyone = run_round(coord=masked.coordinator, links=masked.links, round_index=0, attempt=1, min_parties=2,
+                         aggregation=MaskedSum())
+    assert everyone.metrics is None
+    assert all("one mask per value" in everyone.failures[p] for p in ("p0", "p2"))
+    bound = retry_clients(masked.links, first.masked_with)
+    assert sorted(bound) == ["p0", "p2"]
+    retried = run_round(coord=masked.coordinator, links=bound, round_index=0, attempt=2, min_parties=2,
+                        aggregation=MaskedSum())
+    assert retried.metrics is not None and retried.participants == ["p0", "p2"]
+    assert retry_clients(masked.links, ["p0", "p9"]) == masked.links  # a bound party gone: every enabled party
+    assert masked.run_round(1).participants == ["p0", "p1", "p2"]  # the next round: everyone again
