@@ -46,8 +46,6 @@ REFUSALS = ("policy_refused", "validation_failed")
 
 log = logging.getLogger("fedrec.coordinator")
 
-
-
 T = TypeVar("T")
 
 
@@ -58,6 +56,7 @@ def retry_clients(clients: Mapping[str, T], bound: Sequence[str] | None) -> dict
     if bound and set(bound) <= set(clients):
         return {p: clients[p] for p in sorted(bound)}
     return dict(clients)
+
 
 class Cancelled(Exception):
     """The run was cancelled or the coordinator is shutting down."""

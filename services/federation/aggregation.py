@@ -56,6 +56,7 @@ from services.federation.links import Link, Message, Step
 MIN_MASKED = 2  # a masked sum over one party would be that party's value in the clear
 RECOVERY = "recovery:"  # prefix of the step that unmasks a masked step's sum (after dropouts too)
 KEEP_VERSIONS = 8  # state versions whose masked sets a party keeps (a retry rewinds to a kept snapshot only)
+CONSISTENCY = "consistency:"  # prefix of the step where the survivors sign the survivor set, before any reveal
 
 
 def inputs_digest(message: Mapping[str, Any]) -> str:
@@ -68,7 +69,6 @@ def inputs_digest(message: Mapping[str, Any]) -> str:
             h.update(f"{name}|{arr.dtype.str}|{arr.shape}|".encode())
             h.update(arr.tobytes())
     return h.hexdigest()
-CONSISTENCY = "consistency:"  # prefix of the step where the survivors sign the survivor set, before any reveal
 
 
 def message_bytes(message: object) -> int:
