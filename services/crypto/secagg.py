@@ -76,10 +76,11 @@ def _statement(run_id: str, party_id: str, dh_public: bytes) -> bytes:
 
 
 def survivors_statement(*, run_id: str, round_index: int, attempt: int, label: str,
-                        survivors: Sequence[str]) -> bytes:
-    """What a party signs in the consistency round: the survivor set of one masked step of one attempt."""
+                        survivors: Sequence[str], inputs: str = "") -> bytes:
+    """What a party signs in the consistency round: the survivor set of one masked step of one attempt, and the
+    digest of the public inputs the attempt began with (parties told different things sign different statements)."""
     return _h(b"fedrec-secagg-survivors", run_id.encode(), f"r{round_index}|a{attempt}|{label}".encode(),
-              *[p.encode() for p in sorted(survivors)])
+              inputs.encode(), *[p.encode() for p in sorted(survivors)])
 
 
 def signature_valid(identity: str, statement: bytes, signature: str) -> bool:

@@ -56,11 +56,12 @@ from services.federation.links import Link, Message, Step
 MIN_MASKED = 2  # a masked sum over one party would be that party's value in the clear
 RECOVERY = "recovery:"  # prefix of the step that unmasks a masked step's sum (after dropouts too)
 KEEP_VERSIONS = 8  # state versions whose masked sets a party keeps (a retry rewinds to a kept snapshot only)
+VALUE_PREFIX = "masked-value:"  # + a value's digest: the party-wide record of the set it was masked for
 CONSISTENCY = "consistency:"  # prefix of the step where the survivors sign the survivor set, before any reveal
 
 
 def inputs_digest(message: Mapping[str, Any]) -> str:
-    """SHA-256 of the public parameters a `begin` carries: with the party's state version, what its values are of."""
+    """SHA-256 of the public parameters a `begin` carries (what the survivors' consistency signatures bind)."""
     public = message.get("public")
     h = hashlib.sha256()
     if isinstance(public, Mapping):
@@ -282,6 +283,10 @@ class PartyAggregation(Protocol):
         """Answer an unmasking request for a masked step (refused by strategies that mask nothing)."""
         ...
 
+    def check_summed(self, step: Step, participants: Sequence[str]) -> None:
+        """A sum handed down (`total`) must name exactly the survivors this party signed for `step` (masked)."""
+        ...
+
 
 def step_label(step: Step) -> str:
     """The summed step a secret belongs to: its name and layer (the recovery prefix dropped)."""
@@ -320,6 +325,41 @@ class PlainUpload:
         raise ProtocolError("this run does not use secure aggregation: there is nothing to recover",
                             extra={"field": "step"})
 
+    def check_summed(self, step: Step, participants: Sequence[str]) -> None:
+        """Plain sums: the coordinator saw every value, nothing to bind."""
+
+
+class ValueLedger:
+    """Party-wide: the one participant set each exact value this party masked was masked for.
+
+    Keyed on a SHA-256 of the value's fixed-point encoding, whatever run, round, attempt, step or public
+    parameters produced it: a coordinator that makes a party compute the same value again (the same state,
+    parameters the value does not read, a new run from the same seed) gets it masked for that set only. Kept
+    in the party's database by its owner (`pending` → persisted; `load` after a restart).
+    """
+
+    def __init__(self, known: Mapping[str, Sequence[str]] | None = None) -> None:
+        self._sets: dict[str, tuple[str, ...]] = {str(k): tuple(v) for k, v in (known or {}).items()}
+        self.pending: dict[str, tuple[str, ...]] = {}
+
+    @staticmethod
+    def digest(value: np.ndarray) -> str:
+        """What identifies a value: its exact fixed-point encoding."""
+        return hashlib.sha256(np.ascontiguousarray(value, dtype=np.uint64).tobytes()).hexdigest()
+
+    def claim(self, value: np.ndarray, names: tuple[str, ...]) -> tuple[str, ...]:
+        """The set `value` is masked for: `names` on first use (recorded), else the set it was first masked for."""
+        key = self.digest(value)
+        first = self._sets.setdefault(key, names)
+        if first == names and key not in self.pending:
+            self.pending[key] = names
+        return first
+
+    def drain(self) -> dict[str, tuple[str, ...]]:
+        """The claims not yet persisted (the owner writes them before the masked answer leaves)."""
+        out, self.pending = self.pending, {}
+        return out
+
 
 @dataclass
 class _Attempt:
@@ -332,7 +372,8 @@ class _Attempt:
     secrets: dict[str, StepSecrets]  # label -> own step secrets
     publics: dict[str, dict[str, bytes]] = field(default_factory=dict)  # label -> party -> step public key
     shares: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # label -> owner -> my shares
-    version: tuple[int, str] = (-1, "")  # the party's state version and the begin's inputs digest it masks values of
+    version: int = -1  # the party's state version the attempt's values are computed from
+    inputs: str = ""  # digest of the public parameters the attempt began with (bound by the consistency round)
     accepted: bool = False
     masked: dict[str, tuple[str, ...]] = field(default_factory=dict)  # label -> participants masked with
     signed: dict[str, tuple[str, ...]] = field(default_factory=dict)  # label -> the one survivor set signed
@@ -343,10 +384,11 @@ class MaskedUpload:
     """Double masking at a party: fresh step secrets per attempt, Shamir-shared at begin, revealed once per step.
 
     The participant universe is the peer set fixed at configuration (`parties`): a round over anyone
-    outside it, or over fewer than that set's threshold, is refused. One mask per value: the party's
-    value is keyed on its state version (what applying a round's update changes, `version`) and on the
-    digest of the public parameters the round began with (`inputs_digest`), so a value masked for one
-    participant set is never masked for another, in any round or attempt. An
+    outside it, or over fewer than that set's threshold, is refused. One set per value, twice over: a
+    state version of the party (what applying a round's update changes, `version`) is masked for one
+    participant set only, whatever public parameters a begin carries (values nudged through parameters
+    are nearly the same value), and an exact value is masked for one set only, party-wide across runs
+    and restarts (`ValueLedger`). An
     unmasking request is answered once per step, only after this party signed that step's survivor
     set and is shown at least t valid signatures of authenticated peers over the same set (the
     consistency round), and only for a partition of the parties it masked with into survivors
@@ -357,7 +399,8 @@ class MaskedUpload:
 
     def __init__(self, *, secagg: SecAggParty, parties: Sequence[str],
                  random_bytes: Callable[[int], bytes] = os.urandom,
-                 version: Callable[[Step], int] | None = None, configured: Sequence[str] | None = None) -> None:
+                 version: Callable[[Step], int] | None = None, configured: Sequence[str] | None = None,
+                 ledger: ValueLedger | None = None) -> None:
         self.secagg = secagg
         self.parties = frozenset(parties)
         # the peer set fixed at the run's first key agreement (a later one may only have left parties out)
@@ -365,11 +408,12 @@ class MaskedUpload:
         self.random_bytes = random_bytes
         # the party's state version a round begins from; without one (in-process runs), the round index
         self.version = version or (lambda step: step.round_index)
+        self.ledger = ledger if ledger is not None else ValueLedger()
         self._attempt: _Attempt | None = None
-        # (version, inputs digest, label) -> the one set it was masked for
-        self._sets: dict[tuple[int, str, str], tuple[str, ...]] = {}
-        # (version, inputs digest) -> the set the attempt's first masked step went to
-        self._holders: dict[tuple[int, str], tuple[str, ...]] = {}
+        # (version, label) -> the one set it was masked for
+        self._sets: dict[tuple[int, str], tuple[str, ...]] = {}
+        # version -> the set the first masked step of that state went to
+        self._holders: dict[int, tuple[str, ...]] = {}
 
     @property
     def party_id(self) -> str:
@@ -383,30 +427,29 @@ class MaskedUpload:
 
     def export(self) -> dict[str, Any]:
         """Which participant set each state version (and each of its values) was masked for, to persist."""
-        keep = set(sorted({v for v, _ in self._holders})[-KEEP_VERSIONS:])
-        return {"holders": [[v, d, list(h)] for (v, d), h in sorted(self._holders.items()) if v in keep],
-                "sets": [[v, d, label, list(names)] for (v, d, label), names in sorted(self._sets.items())
-                         if v in keep]}
+        keep = set(sorted(self._holders)[-KEEP_VERSIONS:])
+        return {"holders": [[v, list(h)] for v, h in sorted(self._holders.items()) if v in keep],
+                "sets": [[v, label, list(names)] for (v, label), names in sorted(self._sets.items()) if v in keep]}
 
     def load(self, saved: Mapping[str, Any]) -> None:
-        """Restore what `export` kept (a party restarted mid-run masks nothing again for another set)."""
-        holders = saved.get("holders") or []
-        if isinstance(holders, Mapping):  # the record before inputs were part of the key: any inputs match it
-            self._holders = {(int(v), ""): tuple(h) for v, h in holders.items()}
-            self._sets = {(int(v), "", str(label)): tuple(names) for v, label, names in list(saved.get("sets") or [])}
-            return
-        self._holders = {(int(v), str(d)): tuple(h) for v, d, h in list(holders)}
-        self._sets = {(int(v), str(d), str(label)): tuple(names)
-                      for v, d, label, names in list(saved.get("sets") or [])}
+        """Restore what `export` kept (a party restarted mid-run masks nothing again for another set).
 
-    def _first(self, version: int, inputs: str) -> tuple[str, ...] | None:
-        """The set a value of (version, inputs) was masked for (a record without inputs matches any)."""
-        return self._holders.get((version, inputs)) or self._holders.get((version, ""))
+        Records of earlier releases (keyed by version alone, or by version and inputs digest) keep their
+        strictest reading: any set recorded for a version binds that version.
+        """
+        holders = saved.get("holders") or []
+        rows = [[v, h] for v, h in holders.items()] if isinstance(holders, Mapping) else list(holders)
+        self._holders = {}
+        for row in rows:
+            self._holders.setdefault(int(row[0]), tuple(row[-1]))
+        self._sets = {}
+        for row in list(saved.get("sets") or []):
+            self._sets.setdefault((int(row[0]), str(row[-2])), tuple(row[-1]))
 
     def _context(self, round_index: int, attempt: int, sender: str, recipient: str) -> str:
         return f"{self.secagg.run_id}|r{round_index}|a{attempt}|{sender}>{recipient}"
 
-    def check_begin(self, participants: Sequence[str], *, version: int, inputs: str = "") -> tuple[str, ...]:
+    def check_begin(self, participants: Sequence[str], *, version: int) -> tuple[str, ...]:
         """The attempt's participants, sorted; ProtocolError when a round over them may not begin here."""
         holders = tuple(sorted({str(p) for p in participants}))
         outside = sorted(set(holders) - self.parties)
@@ -417,22 +460,22 @@ class MaskedUpload:
             raise ProtocolError(f"a masked round needs this party and at least {self.floor} parties (the threshold "
                                 f"of the configured peer set of {len(self.configured)}), got {list(holders)}",
                                 extra={"field": "participants"})
-        first = self._first(version, inputs)
+        first = self._holders.get(version)
         if first is not None and first != holders:
-            # two sums of one value over different sets differ by the values of the parties left out
-            raise ProtocolError(f"one mask per value: this party's state version {version} with these public "
-                                f"parameters was already masked for {list(first)}, not again for {list(holders)}",
-                                extra={"field": "participants"})
+            # two sums of one value over different sets differ by the values of the parties left out; public
+            # parameters do not make another value (a layer may not read them, or they may be nudged)
+            raise ProtocolError(f"one mask per value: this party's state version {version} was already masked for "
+                                f"{list(first)}, not again for {list(holders)}", extra={"field": "participants"})
         return holders
 
     def open_round(self, step: Step, participants: Sequence[str], labels: Sequence[str], *,
                    inputs: str = "") -> Message:
         """Draw this attempt's step secrets, share them among the participants, seal each peer's shares."""
         version = self.version(step)
-        holders = self.check_begin(participants, version=version, inputs=inputs)
+        holders = self.check_begin(participants, version=version)
         t = max(threshold_for(len(holders)), threshold_for(len(self.configured)))
         secrets = {label: StepSecrets.draw(self.random_bytes) for label in labels}
-        att = _Attempt(step.round_index, step.attempt, holders, t, secrets, version=(version, inputs))
+        att = _Attempt(step.round_index, step.attempt, holders, t, secrets, version=version, inputs=inputs)
         per_holder = {label: sec.shares(holders=holders, threshold=t) for label, sec in secrets.items()}
         for label, sec in secrets.items():
             att.publics.setdefault(label, {})[self.party_id] = sec.public
@@ -490,14 +533,19 @@ class MaskedUpload:
         missing = [p for p in names if p not in att.publics.get(label, {})]
         if label not in att.secrets or missing:
             raise ProtocolError(f"{label}: no step keys from {missing or 'this party'}", extra={"field": "participants"})
-        first = self._sets.get((att.version[0], "", label)) or self._sets.setdefault((*att.version, label), names)
+        first = self._sets.get((att.version, label), names)
         if first != names:
             # two sums of one value over different sets differ by the values of the parties left out
-            raise ProtocolError(f"one mask per value: {step.name} of state version {att.version[0]} was already masked "
+            raise ProtocolError(f"one mask per value: {step.name} of state version {att.version} was already masked "
                                 f"for {list(first)}", extra={"field": "participants"})
+        value = encode_fixed(contribution.vector())
+        first = self.ledger.claim(value, names)
+        if first != names:  # the same value again (another run, round or parameters the value does not read)
+            raise ProtocolError(f"one mask per value: this exact {label} value was already masked for {list(first)}, "
+                                f"not again for {list(names)}", extra={"field": "participants"})
+        self._sets[(att.version, label)] = names
         # a begin is then only accepted over this set: the coordinator's retry of the round goes to it
         self._holders.setdefault(att.version, names)
-        value = encode_fixed(contribution.vector())
         ctx = step_context(round_index=step.round_index, attempt=step.attempt, step=step.name, layer=step.layer)
         own = att.secrets[label]
         peers = {p: att.publics[label][p] for p in names if p != self.party_id}
@@ -516,7 +564,7 @@ class MaskedUpload:
 
     def _statement(self, att: _Attempt, label: str, survivors: Sequence[str]) -> bytes:
         return survivors_statement(run_id=self.secagg.run_id, round_index=att.round_index, attempt=att.attempt,
-                                   label=label, survivors=survivors)
+                                   label=label, survivors=survivors, inputs=att.inputs)
 
     def consistency(self, step: Step, message: Message) -> Message:
         """Sign one survivor set per step (this party in it, at least t parties, all of them masked with)."""
@@ -570,6 +618,16 @@ class MaskedUpload:
         mine = att.shares[label]
         return {"seed": {s: mine[s]["seed"] for s in survivors}, "key": {d: mine[d]["key"] for d in dropped}}
 
+    def check_summed(self, step: Step, participants: Sequence[str]) -> None:
+        """The sum handed down must name exactly the survivor set this party signed for the step (the only set
+        its shares unmasked), so the participation estimate and the next values follow the sum that was formed."""
+        att = self._current(step)
+        signed = att.signed.get(step_label(step))
+        if signed is None or tuple(sorted({str(p) for p in participants})) != signed:
+            raise ProtocolError(f"{step_label(step)}: the sum must name the survivors this party signed "
+                                f"({list(signed) if signed else 'none yet'}), got {sorted(participants)}",
+                                extra={"field": "participants"})
+
 
 def secure_run(secure: bool, parties: Collection[str]) -> bool:
     """Whether a run's sums are masked: as its settings say, except in a federation of one party (nobody to mask
@@ -579,12 +637,13 @@ def secure_run(secure: bool, parties: Collection[str]) -> bool:
 
 def party_aggregation(*, secure: bool, secagg: SecAggParty, parties: Sequence[str],
                       version: Callable[[Step], int] | None = None,
-                      configured: Sequence[str] | None = None) -> PartyAggregation:
+                      configured: Sequence[str] | None = None, ledger: ValueLedger | None = None) -> PartyAggregation:
     """The party side of a run's strategy (`parties`: the authenticated peers; `configured`: the peer set fixed
-    at configuration, `parties` when not given; `version`: the party's state version a round begins from)."""
+    at configuration, `parties` when not given; `version`: the party's state version a round begins from;
+    `ledger`: the party-wide record of masked values)."""
     if not secure:
         return PlainUpload()
-    return MaskedUpload(secagg=secagg, parties=parties, version=version, configured=configured)
+    return MaskedUpload(secagg=secagg, parties=parties, version=version, configured=configured, ledger=ledger)
 
 
 def aggregation(*, secure: bool) -> Aggregation:

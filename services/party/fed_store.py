@@ -59,6 +59,20 @@ def get_state(*, session: Session, key: str) -> Any:
     return None if row is None else row.value
 
 
+def states_with_prefix(*, session: Session, prefix: str) -> dict[str, Any]:
+    """Every federation-state value whose key starts with `prefix`, by the rest of the key."""
+    rows = session.execute(select(FederationState.key, FederationState.value)
+                           .where(FederationState.key.startswith(prefix, autoescape=True))).all()
+    return {str(k)[len(prefix):]: v for k, v in rows}
+
+
+def add_states(*, session: Session, values: dict[str, Any]) -> None:
+    """Upsert several federation-state values in one commit."""
+    for k, v in values.items():
+        session.merge(FederationState(key=k, value=v))
+    session.commit()
+
+
 CARVE_KEY = "validation:carved"  # federation state: the run whose settings first carved the validation labels
 
 

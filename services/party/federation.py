@@ -18,11 +18,14 @@ from services.crypto.psi import PsiParty
 from services.crypto.secagg import SecAggParty
 from services.errors import CryptoError, NotFound, ProtocolError, ValidationFailed
 from services.federation import registry
+from services.crypto.double_mask import threshold_for
 from services.federation.aggregation import (
     CONSISTENCY,
+    MIN_MASKED,
     RECOVERY,
+    VALUE_PREFIX,
     MaskedUpload,
-    inputs_digest,
+    ValueLedger,
     participants_of,
     party_aggregation,
     secure_run,
@@ -114,6 +117,13 @@ class FederationService:
         self._lock = threading.RLock()
         self._psi: dict[str, tuple[float, PsiParty]] = {}  # run id -> (started, secret and own ids)
         self._runs: dict[str, _Run] = {}
+        self._ledger: ValueLedger | None = None  # every value this party masked, and for which set (all runs)
+
+    def ledger(self, session: Session) -> ValueLedger:
+        """The party-wide record of masked values, loaded once from the database (it outlives restarts)."""
+        if self._ledger is None:
+            self._ledger = ValueLedger(store.states_with_prefix(session=session, prefix=VALUE_PREFIX))
+        return self._ledger
 
     def forget(self, *, runs: list[str], psi: bool = True) -> None:
         """After an erasure: abandon PSI in progress (it holds the user list) and drop the given runs from
@@ -228,6 +238,17 @@ class FederationService:
             pinned[a.party_id] = str(seen)
         return pinned
 
+    @staticmethod
+    def _check_peer_floor(ids: list[str], fixed: list[str] | None) -> None:
+        """A key agreement names at least two parties, and a repeated one (leaving failed parties out) keeps at
+        least the threshold of the set fixed at configuration: fewer could never form a masked sum, and a
+        smaller set would be a way to a run of one."""
+        floor = max(MIN_MASKED, threshold_for(len(fixed)) if fixed else 0)
+        if len(set(ids)) < floor:
+            raise ProtocolError(f"a key agreement needs at least {floor} parties"
+                                + (f" (the threshold of the peer set fixed at configuration, {sorted(fixed)})"
+                                   if fixed else "") + f", got {sorted(set(ids))}", extra={"field": "announcements"})
+
     def peers(self, *, run_id: str, request: PeersRequest) -> PeersResponse:
         """Verify every peer's signed key, derive the pairwise keys, seal this party's seed contribution."""
         with self._lock, self.sessions() as session:
@@ -239,6 +260,7 @@ class FederationService:
                 raise ProtocolError("the announcements must name this party once and every peer once")
             value = store.get_state(session=session, key=f"run:{run_id}") or {}
             fixed = value.get("peer_set")
+            self._check_peer_floor(ids, fixed)
             pinned = self._check_identities(session, request.announcements, fixed)
             run.secagg.accept(announcements_from([a.model_dump() for a in request.announcements]), pinned=pinned)
             value["peers"] = [a.model_dump() for a in request.announcements]
@@ -263,6 +285,12 @@ class FederationService:
         trains them); announce M_p and the aligned users' training-rating count and sum."""
         plan = registry.plan(registry.protocol_of(request.config))
         config = self._config(plan, request.config, request.seed)
+        if not self.dev_mode and not plan.secure_by_default(config) and plan.secure_by_default(
+                self._config(plan, {}, request.seed)):
+            # the coordinator chooses the config: a party outside dev mode never uploads in the clear what its
+            # protocol masks by default
+            raise ProtocolError("secure aggregation is off in this run's config: outside dev mode a party masks "
+                                "every sum its protocol masks by default", extra={"field": "config"})
         with self._lock, self.sessions() as session:
             found = store.get_artifact(session=session, name=f"alignment:{request.run_id}")
             if found is None:
@@ -338,6 +366,7 @@ class FederationService:
             value = store.get_state(session=session, key=f"run:{run_id}") or {}
             # a federation of one (this party alone) has no peer to agree keys with and nothing to mask
             alone = set(request.item_counts) == {self.party_id}
+            self._check_alone(alone, value)
             if not alone and (not value.get("peers") or run.secagg is None or not run.secagg.pair_keys):
                 raise ProtocolError(f"run {run_id}: no key agreement yet (peers step)")
             peers = sorted(a["party_id"] for a in value.get("peers") or [])
@@ -350,6 +379,16 @@ class FederationService:
             self._build(session, run, request)
             store.put_state(session=session, key=f"run:{run_id}", value=value)
             return StartResponse(party_id=self.party_id, restored_round=run.done)
+
+    def _check_alone(self, alone: bool, value: Mapping[str, Any]) -> None:
+        """A run of one uploads its values in the clear: dev mode only, and never a run that agreed keys with
+        peers (a coordinator shrinking a run to one party would read that party's values)."""
+        if alone and value.get("peer_set"):
+            raise ProtocolError(f"this run agreed keys with {value['peer_set']}: it never runs with this party "
+                                "alone", extra={"field": "item_counts"})
+        if alone and not self.dev_mode:
+            raise ProtocolError("a run of one party uploads its values in the clear: dev mode only (PARTY_DEV_MODE=1)",
+                                extra={"field": "item_counts"})
 
     def _build(self, session: Session, run: _Run, request: StartRequest) -> None:
         data = self._load_data(session, run, total_items=request.total_items)
@@ -365,8 +404,8 @@ class FederationService:
             return run.done + 2  # the trainer snapshot the round's values come from (rewound at begin)
 
         aggregation = party_aggregation(secure=secure_run(run.plan.secure_by_default(run.config), request.item_counts),
-                                        secagg=run.secagg,
-                                        parties=peers, configured=value.get("peer_set") or peers, version=version)
+                                        secagg=run.secagg, parties=peers, configured=value.get("peer_set") or peers,
+                                        version=version, ledger=self.ledger(session))
         if isinstance(aggregation, MaskedUpload):
             run.masked_saved = store.get_state(session=session, key=f"masked:{run.run_id}")
             aggregation.load(run.masked_saved or {})
@@ -499,12 +538,14 @@ class FederationService:
                 if isinstance(run.aggregation, MaskedUpload) and "participants" in message:  # before the trainer moves
                     retry = run.done >= step.round_index  # then the state goes back to the snapshot before the round
                     run.aggregation.check_begin(participants_of(message),
-                                                version=step.round_index + 1 if retry else run.done + 2,
-                                                inputs=inputs_digest(message))
+                                                version=step.round_index + 1 if retry else run.done + 2)
                 self._rewind(session, run, step)
             assert run.side is not None
             answer = run.side.handler.handle(step, message)
             if isinstance(run.aggregation, MaskedUpload):
+                claimed = run.aggregation.ledger.drain()
+                if claimed:  # persisted before the masked answer leaves this party
+                    store.add_states(session=session, values={VALUE_PREFIX + k: list(v) for k, v in claimed.items()})
                 record = run.aggregation.export()
                 if record != run.masked_saved:  # which set each value was masked for outlives a restart
                     store.put_state(session=session, key=f"masked:{run.run_id}", value=record)

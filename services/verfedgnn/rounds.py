@@ -116,7 +116,7 @@ class VerFedGNNParty:
         if step.name == "projection":
             return self.aggregation.wrap(step, message, self._projection(step.layer))
         if step.name == "total":
-            self._total(step.layer, message)
+            self._total(step, message)
             return {}
         if step.name == "finish":
             return self.aggregation.wrap(step, message, self._finish())
@@ -146,8 +146,9 @@ class VerFedGNNParty:
         y = own
         return Contribution(vector=lambda: np.asarray(y, np.float64).ravel(), message=lambda: {"y": y})
 
-    def _total(self, layer: int, message: Message) -> None:
+    def _total(self, step: Step, message: Message) -> None:
         """others = (Σ_{p∈A} Y_p^k − own) · scale, the participation estimate of the other parties' sum."""
+        layer = step.layer
         own = self._own.get(layer)
         if own is None:
             raise ProtocolError(f"layer {layer}: no projection was sent", extra={"field": "layer"})
@@ -161,6 +162,7 @@ class VerFedGNNParty:
         unknown = [p for p in names if p not in self.item_counts]
         if self.party_id not in names or unknown:
             raise ProtocolError(f"bad participants {names}", extra={"field": "participants"})
+        self.aggregation.check_summed(Step("projection", step.round_index, step.attempt, layer), names)
         others = [p for p in names if p != self.party_id]
         if others:
             counts = {p: m for p, m in self.item_counts.items() if p != self.party_id}

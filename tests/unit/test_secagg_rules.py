@@ -10,7 +10,8 @@ import pytest
 from services.crypto.secagg import SecAggParty
 from services.db.session import make_engine, make_sessionmaker, migrate
 from services.errors import ProtocolError
-from services.federation.aggregation import Contribution, MaskedUpload, inputs_digest
+from services.crypto.secagg import encode_fixed
+from services.federation.aggregation import Contribution, MaskedUpload, ValueLedger, inputs_digest
 from services.federation.links import Step
 from services.federation.messages import KeyAnnouncementModel
 from services.party.federation import FederationService
@@ -75,10 +76,10 @@ def test_the_masked_value_record_survives_a_restart() -> None:
     assert again.open_round(Step("begin", 4), NAMES, ["projection|0"])["secagg"]["threshold"] == 2
 
 
-def test_a_party_left_out_joins_another_set_once_the_public_parameters_moved_on() -> None:
-    """A party refused a retry (its value was masked for another set) is not shut out of the run for good:
-    the next round begins from other public parameters, so its value is another value. The same parameters
-    over another set stay refused, in memory and after a restart (the old record without inputs too)."""
+def test_a_state_version_stays_bound_to_its_set_whatever_public_parameters_a_begin_carries() -> None:
+    """Q1 of issue 39: nudged public parameters do not make another value (layer 0 never reads them, and a nudge
+    makes a nearly equal value), so a state version masked for one set is refused for any other, in memory, after
+    a restart, and in the records of earlier releases (keyed with an inputs digest)."""
     sec = {p: SecAggParty(party_id=p, secret=p.encode() * 16, run_id="r") for p in NAMES}
     for s in sec.values():
         s.accept([t.announce() for t in sec.values()])
@@ -86,19 +87,48 @@ def test_a_party_left_out_joins_another_set_once_the_public_parameters_moved_on(
     pair = ["p0", "p2"]
     before = inputs_digest({"public": {"items": np.zeros((3, 2), np.float32)}})
     after = inputs_digest({"public": {"items": np.full((3, 2), 0.5, np.float32)}})
-    assert before != after
     opened = {p: ups[p].open_round(Step("begin", 6), pair, ["projection|0"], inputs=before) for p in pair}
     ups["p0"].wrap(Step("projection", 6, 0, 0), {"participants": pair, "sealed_in": {"p2": opened["p2"]["secagg"]
                                                                                            ["sealed"]["p0"]}},
                    Contribution(vector=lambda: np.ones(4), message=dict))
-    with pytest.raises(ProtocolError, match="one mask per value"):  # round 6 retried over all three: same value
-        ups["p0"].open_round(Step("begin", 6, attempt=1), NAMES, ["projection|0"], inputs=before)
+    for inputs in (before, after):
+        with pytest.raises(ProtocolError, match="one mask per value"):
+            ups["p0"].open_round(Step("begin", 6, attempt=1), NAMES, ["projection|0"], inputs=inputs)
     again = MaskedUpload(secagg=sec["p0"], parties=NAMES, version=lambda step: 7)
     again.load(ups["p0"].export())
     with pytest.raises(ProtocolError, match="one mask per value"):
-        again.open_round(Step("begin", 7), NAMES, ["projection|0"], inputs=before)
-    assert again.open_round(Step("begin", 7), NAMES, ["projection|0"], inputs=after)["secagg"]["threshold"] == 2
-    legacy = MaskedUpload(secagg=sec["p0"], parties=NAMES, version=lambda step: 7)
-    legacy.load({"holders": {"7": pair}, "sets": [[7, "projection|0", pair]]})
-    with pytest.raises(ProtocolError, match="one mask per value"):
-        legacy.open_round(Step("begin", 7), NAMES, ["projection|0"], inputs=after)
+        again.open_round(Step("begin", 7), NAMES, ["projection|0"], inputs=after)
+    assert again.open_round(Step("begin", 7), pair, ["projection|0"], inputs=after)["secagg"]["threshold"] == 2
+    for legacy_record in ({"holders": {"7": pair}, "sets": [[7, "projection|0", pair]]},
+                          {"holders": [[7, before, pair]], "sets": [[7, before, "projection|0", pair]]}):
+        legacy = MaskedUpload(secagg=sec["p0"], parties=NAMES, version=lambda step: 7)
+        legacy.load(legacy_record)
+        with pytest.raises(ProtocolError, match="one mask per value"):
+            legacy.open_round(Step("begin", 7), NAMES, ["projection|0"], inputs=after)
+
+
+def test_an_exact_value_is_masked_for_one_set_only_across_runs() -> None:
+    """Q2 of issue 39: a new run (another id, another state version) that makes the party compute a value it
+    already masked gets it masked for the first set only; the ledger is party-wide."""
+    ledger = ValueLedger()
+    runs = {}
+    for run_id in ("ra", "rb"):
+        sec = {p: SecAggParty(party_id=p, secret=p.encode() * 16, run_id=run_id) for p in NAMES}
+        for s in sec.values():
+            s.accept([t.announce() for t in sec.values()])
+        runs[run_id] = ({p: MaskedUpload(secagg=sec[p], parties=NAMES, version=lambda step: 1,
+                                         ledger=ledger if p == "p0" else None) for p in NAMES})
+
+    def mask(run_id: str, names: list[str]) -> dict[str, object]:
+        ups = runs[run_id]
+        opened = {p: ups[p].open_round(Step("begin", 0), names, ["projection|0"]) for p in names}
+        inbox = {p: opened[p]["secagg"]["sealed"]["p0"] for p in names if p != "p0"}
+        return ups["p0"].wrap(Step("projection", 0, 0, 0), {"participants": names, "sealed_in": inbox},
+                              Contribution(vector=lambda: np.arange(4.0), message=dict))
+
+    assert "masked" in mask("ra", ["p0", "p1"])
+    assert set(ledger.drain()) == {ValueLedger.digest(encode_fixed(np.arange(4.0)))}
+    with pytest.raises(ProtocolError, match=r"this exact projection\|0 value was already masked"):
+        mask("rb", ["p0", "p2"])
+    assert not ledger.drain()  # a refused value is not recorded for the other set
+
