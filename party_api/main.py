@@ -96,7 +96,8 @@ def create_app(settings: PartySettings) -> FastAPI:
             feedback=settings.feedback, cluster=train_cluster(settings), use_features=settings.use_features)
         cache_class = NoServing if role == "federation" else ModelCache
         app.state.model_cache = cache = cache_class(sessions=sessions, refresh_s=settings.serving_refresh_s,
-                                                    on_load=lambda snap: model_version.set(snap.version))
+                                                    on_load=lambda snap: model_version.set(snap.version),
+                                                    on_hot=lambda snap: hot_version.set(snap.version))
         cache.start()
         app.state.social = social = None if role == "api" else social_service(settings, sessions)
         try:
@@ -126,6 +127,9 @@ def create_app(settings: PartySettings) -> FastAPI:
                   extra_limits={"social": settings.social_max_body_bytes})
     model_version = Gauge("fedrec_serving_model_version", "Version of the serving model this process serves",
                           registry=observability.registry)
+    hot_version = Gauge("fedrec_serving_precomputed_version",
+                        "Version of the serving model whose per-user top-K lists this process has precomputed",
+                        registry=observability.registry)
     # Outermost: every answer is timed and carries the security headers, the guard's refusals too.
     observability.install(app, security_headers=True)
     for router in routers(settings, forwarder):

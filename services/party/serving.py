@@ -24,6 +24,7 @@ from models.rating_blend import apply_tree
 from models.scoring import serving_scores
 from services.db.party_tables import FederationState, ModelArtifact
 from services.errors import NotFound, ValidationFailed
+from services.party.hot_path import POPULARITY, HotLists, Scorer, top_rows
 from services.protocol.federation import pack_tree, unpack_tree
 
 ARTIFACT_NAME = "serving_model"
@@ -77,6 +78,11 @@ class ServingModel:
         """The party's local EASE blended with this model (None: top-K ranks by the federated score alone)."""
         return None if self.local is None else LocalRanking.from_tree(self.local)
 
+    @cached_property
+    def scorer(self) -> Scorer:
+        """What serving's top-K reads that no request changes (services.party.hot_path), built on first use."""
+        return Scorer.of(self)
+
     def is_aligned(self, user: int) -> bool:
         """Whether model row `user` is a user of the intersection."""
         return True if self.aligned is None else bool(self.aligned[user])
@@ -118,7 +124,7 @@ class ServingModel:
     def user_scores(self, user: int) -> np.ndarray:
         """`rank_scores` of one user against every item as one mat-vec (a fresh array the caller may modify)."""
         # models.scoring.serving_scores, folded (tests/unit/party/test_serving_score.py holds them equal): [h_v | c_v]·[h_u; 1], or [h_v[:, :d] | b_v | 1]·[h_u[:d]; 1; μ + b_u].
-        matrix = self._item_matrix
+        matrix = self.item_matrix
         vector = np.empty(matrix.shape[1], np.float32)
         if self.rank_bias is not None:
             vector[:-1], vector[-1] = self.h_u[user], 1.0
@@ -138,7 +144,7 @@ class ServingModel:
         return np.clip(self.global_bias + self.item_bias[items].astype(np.float64), self.rating_min, self.rating_max)
 
     @cached_property
-    def _item_matrix(self) -> np.ndarray:
+    def item_matrix(self) -> np.ndarray:
         """The item side of `user_scores` as one C-contiguous float32 matrix, built on first use."""
         m = len(self.item_ids)
         if self.rank_bias is not None:
@@ -164,6 +170,7 @@ class Snapshot:
     rated_idx: np.ndarray  # int64: model item indices (ratings labelled test are left out: still candidates)
     popular: np.ndarray  # model item indices by descending rating count (ties: model order)
     counts: np.ndarray  # rating count per model item
+    hot: HotLists | None = None  # every user's precomputed top-K and affine map (None: until built)
 
     def without_user(self, user_id: str) -> Snapshot:
         """The same snapshot with one user gone (erasure answers 404 at once, before any reload)."""
@@ -171,8 +178,20 @@ class Snapshot:
             return self
         rows = dict(self.user_rows)
         del rows[user_id]
-        return Snapshot(self.version, self.token, self.release_id, self.model, self.item_index, rows, self.model_row,
-                        self.rated_ptr, self.rated_idx, self.popular, self.counts)
+        return replace(self, user_rows=rows)  # the user's row, and its precomputed list, become unreachable
+
+    def score_rows(self, rows: np.ndarray, *, mask: bool = True) -> np.ndarray:
+        """Served scores (len(rows), M) of snapshot rows ranked by the model or EASE (`hot_path.Scorer.score_rows`)."""
+        affine = None if self.hot is None else self.hot.affine[rows]
+        return self.model.scorer.score_rows(self.model_row, self.rated_ptr, self.rated_idx, rows, affine=affine,
+                                            mask=mask)[0]
+
+    def kind(self, row: int) -> int:
+        """What ranks a user row: hot_path.POPULARITY, MODEL or LOCAL."""
+        if self.hot is not None:
+            return int(self.hot.kind[row])
+        history = self.rated_ptr[row + 1] - self.rated_ptr[row]
+        return int(self.model.scorer.kinds(self.model_row[[row]], np.array([history]))[0])
 
 
 def publish(*, session: Session, model: ServingModel, release_id: str | None = None) -> int:
@@ -323,24 +342,23 @@ def recommend(*, snapshot: Snapshot, user_id: str, k: int) -> dict[str, Any]:
     row = snap.user_rows.get(user_id)
     if row is None:
         raise NotFound(f"user {user_id!r} is unknown to this party", extra={"field": "user_id"})
-    rated, model_row = _rated(snap, row), int(snap.model_row[row])
-    local = snap.model.local_ranking
-    if local is not None and (model_row >= 0 or len(rated)):  # a user with no history and no row: popularity
-        # the served blend: calibrated log-odds of federated and local scores (local alone without a model row)
-        fed = snap.model.user_scores(model_row) if model_row >= 0 else None
-        scores = local.served_user(fed, rated, model_row >= 0 and snap.model.is_aligned(model_row))
-        top = top_k(scores, min(k, len(scores) - len(rated)))
-        values, fallback = scores[top].astype(np.float64), None if model_row >= 0 else "local"
-    elif model_row >= 0:
-        scores = snap.model.user_scores(model_row)
-        scores[rated] = -np.inf  # the user's own items are never candidates
-        top = top_k(scores, min(k, len(scores) - len(rated)))
-        values, fallback = scores[top].astype(np.float64), None
-    else:
+    kind, hot = snap.kind(row), snap.hot
+    if kind == POPULARITY:
         # Walk the popularity order past the user's own items: at most k + |rated| entries.
+        rated = _rated(snap, row)
         head = snap.popular[:k + len(rated)]
         top = head[~np.isin(head, rated)][:k]
         values, fallback = snap.counts[top].astype(np.float64), "popularity"
+    else:
+        # The model's (blended) score, or EASE alone for a user without a model row ("local"): the precomputed
+        # list when it is long enough, else the user's row scored now (one mat-vec and one partial sort).
+        if hot is not None and k <= hot.top.shape[1]:
+            top, values = hot.top[row, :k], hot.top_scores[row, :k]
+        else:
+            top, values = (a[0] for a in top_rows(snap.score_rows(np.array([row])), k))
+        listed = top >= 0
+        top, values = top[listed], values[listed].astype(np.float64)
+        fallback = None if snap.model_row[row] >= 0 else "local"
     ids = snap.model.item_ids[top].tolist()
     items = [{"item_id": str(i), "score": float(s)} for i, s in zip(ids, values.tolist())]
     return {"user_id": user_id, "items": items, "fallback": fallback, "model_version": snap.version,
@@ -356,18 +374,15 @@ def _ratings(snap: Snapshot, pairs: list[tuple[str, str]], items: np.ndarray, ro
     ratings[warm] = snap.model.scores(model_rows[warm], items[warm])
     ratings[~warm] = snap.model.cold_scores(items[~warm])
     fallback: list[str | None] = [None if w else "popularity" for w in warm.tolist()]
-    local = snap.model.local_ranking
-    if snap.model.feedback == "implicit" and local is not None:
+    if snap.model.feedback == "implicit" and snap.model.local is not None:
         # an implicit party answers the score its top-K ranks by: the served blend's log-odds
         for row in np.unique(rows).tolist():
-            sel, model_row, rated = rows == row, int(snap.model_row[row]), _rated(snap, row)
-            if model_row < 0 and not len(rated):
+            if snap.kind(row) == POPULARITY:
                 continue
-            fed = snap.model.user_scores(model_row) if model_row >= 0 else None
-            aligned = model_row >= 0 and snap.model.is_aligned(model_row)
-            ratings[sel] = local.served_user(fed, rated, aligned, mask=False)[items[sel]]
+            sel = rows == row
+            ratings[sel] = snap.score_rows(np.array([row]), mask=False)[0, items[sel]]
             for j in np.flatnonzero(sel).tolist():
-                fallback[j] = None if model_row >= 0 else "local"
+                fallback[j] = None if snap.model_row[row] >= 0 else "local"
     return [{"user_id": u, "item_id": i, "rating": r, "fallback": f}
             for (u, i), r, f in zip(pairs, ratings.tolist(), fallback)]
 

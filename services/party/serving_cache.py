@@ -6,6 +6,9 @@ rebuilds the snapshot when it changed, so every process serving one party databa
 publish, an ingest or an erasure made by another within `refresh_s` plus the rebuild. In the
 process that made the change it is immediate: the publish route rebuilds before answering and
 erasure drops the user from the snapshot at once (`forget_user`).
+
+After each rebuild the same thread precomputes every user's top-K (`services.party.hot_path.build`)
+and swaps in the snapshot with them; until then a request scores its user's row itself.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from itertools import chain
 from typing import TypeVar
 
@@ -25,7 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from services.db.party_tables import Interaction, Item, ModelArtifact, User
 from services.errors import Conflict
-from services.party import fed_store
+from services.party import fed_store, hot_path
 from services.party.serving import ARTIFACT_NAME, ServingModel, Snapshot, generation, served
 
 T = TypeVar("T")
@@ -111,12 +115,14 @@ class ModelCache:
     """The current Snapshot of one party database, refreshed by a poller thread; reads take no lock."""
 
     def __init__(self, *, sessions: sessionmaker[Session], refresh_s: float = 1.0, threads: int = 2,
-                 on_load: Callable[[Snapshot], None] | None = None) -> None:
+                 on_load: Callable[[Snapshot], None] | None = None,
+                 on_hot: Callable[[Snapshot], None] | None = None) -> None:
         self.sessions = sessions
         self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="serving")
         self.refresh_s = refresh_s
-        self.on_load = on_load
+        self.on_load, self.on_hot = on_load, on_hot
         self._snapshot: Snapshot | None = None
+        self._pending: Snapshot | None = None  # a snapshot whose top-K lists the poller builds next
         self._build_lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -143,8 +149,24 @@ class ModelCache:
                 snap = build_snapshot(session=session)
             if snap is not None and self.on_load is not None:
                 self.on_load(snap)
-            self._snapshot = snap
+            self._snapshot = self._pending = snap
             return snap
+
+    def warm(self) -> Snapshot | None:
+        """Build the pending snapshot's top-K lists now and serve from them (the poller calls this)."""
+        pending, self._pending = self._pending, None  # claimed: a failure is not retried every poll
+        if pending is None:
+            return None
+        hot = hot_path.build(pending.model.scorer, pending.model_row, pending.rated_ptr, pending.rated_idx,
+                             stop=lambda: not _same_data(self._snapshot, pending))
+        with self._build_lock:
+            current = self._snapshot
+            if hot is None or current is None or not _same_data(current, pending):
+                return None  # rebuilt meanwhile: the poller builds the new one's lists
+            self._snapshot = snap = replace(current, hot=hot)  # erasures made meanwhile are kept
+        if self.on_hot is not None:
+            self.on_hot(snap)
+        return snap
 
     def current(self) -> Snapshot:
         """`get`, after a rebuild if the database changed since this process built its snapshot.
@@ -190,6 +212,7 @@ class ModelCache:
                 return
             try:
                 self._check(force=woken)
+                self.warm()
             except Exception:
                 log.exception("serving cache refresh failed")
                 time.sleep(self.refresh_s)
@@ -203,3 +226,8 @@ class ModelCache:
                 if generation(session=session) == (snap.token if snap else None):
                     return
         self.refresh()
+
+
+def _same_data(snap: Snapshot | None, built: Snapshot) -> bool:
+    """Whether `snap` serves the arrays `built` was made of (the same build, users erased since aside)."""
+    return snap is not None and snap.rated_ptr is built.rated_ptr and snap.model is built.model
