@@ -342,13 +342,16 @@ def _table(status: dict[str, Any], local: dict[str, float], central: float, fed_
 
 def _value_report(http: httpx.Client, url: str, run_id: str) -> None:
     """The run's release's value report, as `fedrec release show` prints it (validation figures, each party's own)."""
-    from cli.release import value_table
+    from cli.release import value_table, withheld_line
     listed = http.get(f"{url}/v1/releases", headers={"Authorization": f"Bearer {ADMIN}"})
     release = next((r for r in listed.json() if r["run_id"] == run_id), None) if listed.status_code == 200 else None
-    if release is None or not release.get("value_report"):
+    held = None if release is None else release.get("value_withheld")
+    if held:
+        console.print(withheld_line(held), markup=False)
+    if release is not None and release.get("value_report"):
+        console.print(value_table(release["value_report"]))
+    elif not held:
         console.print("no value report for this run's release")
-        return
-    console.print(value_table(release["value_report"]))
 
 
 def _recommend(http: httpx.Client, url: str, parts: dict[str, Dataset], titles: dict[str, str]) -> None:

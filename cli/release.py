@@ -12,8 +12,17 @@ from cli.coordinator import TokenOpt, UrlOpt, client, out
 from cli.http import Tls, checked, reported
 
 
-def _figure(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4f}"
+def _figure(value: float | None, *, withheld: object = None) -> str:
+    """A figure; "withheld (DP)" for a missing one the parties withheld under differential privacy."""
+    if value is None:
+        return "withheld (DP)" if withheld else "-"
+    return f"{value:.4f}"
+
+
+def withheld_line(withheld: dict[str, str]) -> str:
+    """Which parties withheld their validation figures under DP, and why (each distinct reason once)."""
+    reasons = "; ".join(sorted(set(withheld.values())))
+    return f"value report and served validation errors withheld under DP at {', '.join(sorted(withheld))} ({reasons})"
 
 
 @reported
@@ -24,8 +33,10 @@ def list_releases(url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt = None,
     table = Table("release", "state", "run", "round", "valid RMSE", "valid NDCG@10", "created", "reason")
     table.columns[0].no_wrap = True
     for r in listed:
-        table.add_row(r["release_id"], r["state"], r["run_id"], str(r["round_index"]), _figure(r["valid_rmse"]),
-                      _figure(r.get("valid_ndcg")), r["created_at"][:19], escape(r["reason"]))
+        held = r.get("value_withheld")
+        table.add_row(r["release_id"], r["state"], r["run_id"], str(r["round_index"]),
+                      _figure(r["valid_rmse"], withheld=held), _figure(r.get("valid_ndcg"), withheld=held),
+                      r["created_at"][:19], escape(r["reason"]))
     out.print(table if listed else "no releases")
 
 
@@ -52,10 +63,14 @@ def show(release_id: str, url: UrlOpt = "http://127.0.0.1:8000", token: TokenOpt
         out.print_json(data=row)
         return
     out.print(f"release {row['release_id']}: {row['state']} ({escape(row['reason'])})")
-    out.print(f"run {row['run_id']} round {row['round_index']}, valid RMSE {_figure(row['valid_rmse'])}, "
-              f"valid NDCG@10 {_figure(row.get('valid_ndcg'))}")
+    held = row.get("value_withheld")
+    out.print(f"run {row['run_id']} round {row['round_index']}, valid RMSE {_figure(row['valid_rmse'], withheld=held)}"
+              f", valid NDCG@10 {_figure(row.get('valid_ndcg'), withheld=held)}")
     report = row.get("value_report")
-    out.print(value_table(report) if report else "no value report (no party reported one)")
+    if held:
+        out.print(escape(withheld_line(held)))
+    if report or not held:
+        out.print(value_table(report) if report else "no value report (no party reported one)")
 
 
 @reported

@@ -289,6 +289,9 @@ class ReleaseRead(BaseModel):
         default=None, description="what each party gains: per slice of its users, validation NDCG@10 of the party "
                                   "alone (its own EASE), the federated model and what it serves (the blend); each "
                                   "party's own figures, reported when it staged the release (None: none reported)")
+    value_withheld: dict[str, str] | None = Field(
+        default=None, description="parties that withheld their validation figures (value report, served error "
+                                  "sums) and why: under dp_epsilon they are outside the DP accounting (None: none)")
     created_at: Timestamp
     activated_at: Timestamp | None
     updated_at: Timestamp

@@ -253,6 +253,9 @@ class PublishResponse(BaseModel):
     valid_sse: float | None = Field(None, description="squared error of the stored model's served ratings on "
                                     "this party's validation split (with its rating component)")
     valid_count: int | None = Field(None, description="validation ratings `valid_sse` covers")
+    withheld: str | None = Field(None, description="why `value`, `valid_sse` and `valid_count` are left out (a run "
+                                 "with dp_epsilon: they come from held-out ratings outside its DP accounting); "
+                                 "None: the party answered them")
 
 
 class SplitRow(BaseModel):

@@ -134,12 +134,15 @@ def keep_best(run_id: NamePath, body: KeepBestRequest, fed: FedDep) -> PublishRe
 
 @router.post("/runs/{run_id}/publish", response_model=PublishResponse, openapi_extra=SMALL)
 def publish(run_id: NamePath, body: PublishRequest, fed: FedDep, cache: CacheDep) -> PublishResponse:
-    """Store the serving model of the run: served at once, or staged under `release_id` until activated."""
+    """Store the serving model of the run: served at once, or staged under `release_id` until activated.
+
+    Under whole-run DP the answer carries no validation figures (`withheld` says why)."""
     version, value = fed.publish(run_id=run_id, round_index=body.round_index, release_id=body.release_id)
     if body.release_id is None:
         cache.refresh()  # this process serves the new model from the answer on
     sums = fed.served_valid(run_id=run_id, round_index=body.round_index)
     return PublishResponse(version=version, value=[SliceValue(**row) for row in value],
+                           withheld=fed.value_withheld(run_id=run_id),
                            **({} if sums is None else {"valid_sse": sums[0], "valid_count": sums[1]}))
 
 

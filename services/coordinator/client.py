@@ -266,7 +266,8 @@ class PartyClient:
     def stage(self, *, run_id: str, round_index: int, release_id: str) -> dict[str, Any]:
         """Store the run's serving model at the party under a release, not served yet; returns its version, the
         served model's validation sums (`valid_sse`, `valid_count`: None when the party has none) and its value
-        report (`value`: validation NDCG@10 per slice of its users, alone, federated and served)."""
+        report (`value`: validation NDCG@10 per slice of its users, alone, federated and served); under DP
+        neither, and `withheld` says why."""
         body = {"round_index": round_index, "release_id": release_id}
         return dict(self.post_json(self._run_path(run_id, "publish"), body))
 

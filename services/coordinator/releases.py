@@ -49,6 +49,13 @@ def served_rmse(answers: Mapping[str, Any]) -> float | None:
     return math.sqrt(sse / count) if count > 0 else None
 
 
+def withheld(answers: Mapping[str, Any]) -> dict[str, str] | None:
+    """Each party that left its validation figures out of its staging answer, with its reason (a run with
+    dp_epsilon: they come from held-out ratings outside the DP accounting); None when no party did."""
+    out = {p: str(a["withheld"]) for p, a in sorted(answers.items()) if isinstance(a, Mapping) and a.get("withheld")}
+    return out or None
+
+
 def figures(metrics: Mapping[str, float]) -> dict[str, float]:
     """The gate's figures among a round's metrics (the finite ones: a figure nobody reported is absent)."""
     return {k: float(metrics[k]) for k in (VALID_RMSE, VALID_NDCG)
@@ -168,7 +175,8 @@ class Releases:
                 f"{p} ({why})" for p, why in sorted(failures.items()))
             report = {p: [dict(r) for r in a.get("value") or [] if isinstance(r, dict)] for p, a in sorted(answers.items())}
             _set(session, row, staged=sorted(answers), reason=reason or "staged at every party",
-                 value_report={p: rows for p, rows in report.items() if rows} or None)
+                 value_report={p: rows for p, rows in report.items() if rows} or None,
+                 value_withheld=withheld(answers))
             served = None if failures else served_rmse(answers)
             if served is not None:  # the gate compares what the parties serve (with their rating components)
                 trained = {} if row.metrics.get(VALID_RMSE) is None else {VALID_RMSE_TRAINED: row.metrics[VALID_RMSE]}

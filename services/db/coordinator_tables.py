@@ -117,6 +117,8 @@ class ReleaseRow(CoordinatorBase):
     warm_start_from: Mapped[str | None] = mapped_column(String(64), nullable=True)  # its run's, if warm
     # party id -> rows of validation NDCG@10 per slice (alone, federated, served), as each party reported at staging
     value_report: Mapped[dict[str, list[dict[str, Any]]] | None] = mapped_column(JSON, nullable=True)
+    # party id -> why it withheld its validation figures (a run with dp_epsilon), as it said at staging
+    value_withheld: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     activated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)

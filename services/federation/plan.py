@@ -8,6 +8,7 @@ per round over `Link`s and answer the party side's steps through its `Handler`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from concurrent.futures import Executor
@@ -264,4 +265,9 @@ class RunContract:
     def privacy_record(self) -> dict[str, object]:
         """The run's privacy mechanisms and their parameters."""
         return self.plan.privacy_record(self.config)
+
+    def dp_epsilon(self) -> float | None:
+        """The run's whole-run ε (None: no differential privacy), however its protocol nests the setting."""
+        epsilon = self.guarantee().epsilon  # through the plan: a config field read by name misses a nested one
+        return epsilon if math.isfinite(epsilon) else None
 
