@@ -217,10 +217,11 @@ class MaskedSum:
                                  lambda link: link.call(check, {"survivors": survivors}))
         failures.update({p: f"signing the survivors of {_label(step)}: {why}" for p, why in failed.items()})
         signatures = {p: str(a.get("signature", "")) for p, a in signed.items()}
+        repeats = {p: str(a.get("repeat", "")) for p, a in signed.items()}  # signed with the survivor set
         if len(signatures) < self._threshold:
             return Collected(None, [], failures, sent)
         reveal = Step(RECOVERY + step.name, step.round_index, step.attempt, step.layer)
-        request: Message = {"survivors": survivors, "dropped": dropped, "signatures": signatures}
+        request: Message = {"survivors": survivors, "dropped": dropped, "signatures": signatures, "repeats": repeats}
         shares, failed = fan_out(pool, {p: links[p] for p in sorted(signatures)},
                                  lambda link: link.call(reveal, request))
         failures.update({p: f"unmasking {_label(step)}: {why}" for p, why in failed.items()})
@@ -330,17 +331,28 @@ class PlainUpload:
 
 
 class ValueLedger:
-    """Party-wide: the one participant set each exact value this party masked was masked for.
+    """Party-wide record of every exact value this party masked: the one set it was masked for, and the first
+    sum it was unmasked in.
 
     Keyed on a SHA-256 of the value's fixed-point encoding, whatever run, round, attempt, step or public
-    parameters produced it: a coordinator that makes a party compute the same value again (the same state,
-    parameters the value does not read, a new run from the same seed) gets it masked for that set only. Kept
-    in the party's database by its owner (`pending` → persisted; `load` after a restart).
+    parameters produced it. A value is masked for one participant set only (`claim`); and a party reveals shares
+    of a sum only when at least t of its survivors bring values never unmasked before, or the sum is exactly one
+    already unmasked (`revealed`, signed in the consistency round): so every new sum holds at least t values
+    that appear in no earlier sum, and no linear combination of the sums isolates fewer than t parties' values.
+    The owner persists `drain()`'s rows (before the answer leaves) and passes them back after a restart.
     """
 
-    def __init__(self, known: Mapping[str, Sequence[str]] | None = None) -> None:
-        self._sets: dict[str, tuple[str, ...]] = {str(k): tuple(v) for k, v in (known or {}).items()}
-        self.pending: dict[str, tuple[str, ...]] = {}
+    def __init__(self, known: Mapping[str, Any] | None = None) -> None:
+        self._sets: dict[str, tuple[str, ...]] = {}
+        self._revealed: dict[str, str] = {}
+        for key, row in (known or {}).items():
+            if isinstance(row, Mapping):
+                self._sets[str(key)] = tuple(row.get("set") or ())
+                if row.get("revealed"):
+                    self._revealed[str(key)] = str(row["revealed"])
+            else:
+                self._sets[str(key)] = tuple(row)
+        self._dirty: set[str] = set()
 
     @staticmethod
     def digest(value: np.ndarray) -> str:
@@ -350,15 +362,31 @@ class ValueLedger:
     def claim(self, value: np.ndarray, names: tuple[str, ...]) -> tuple[str, ...]:
         """The set `value` is masked for: `names` on first use (recorded), else the set it was first masked for."""
         key = self.digest(value)
-        first = self._sets.setdefault(key, names)
-        if first == names and key not in self.pending:
-            self.pending[key] = names
-        return first
+        if key not in self._sets:
+            self._sets[key] = names
+            self._dirty.add(key)
+        return self._sets[key]
 
-    def drain(self) -> dict[str, tuple[str, ...]]:
-        """The claims not yet persisted (the owner writes them before the masked answer leaves)."""
-        out, self.pending = self.pending, {}
+    def revealed(self, key: str) -> str:
+        """The sum a value was first unmasked in ("" if never): `run|round|attempt|label|survivors`."""
+        return self._revealed.get(key, "")
+
+    def reveal(self, key: str, instance: str) -> None:
+        """Record that this party gave shares unmasking a sum holding the value (the first such sum is kept)."""
+        if key not in self._revealed:
+            self._revealed[key] = instance
+            self._dirty.add(key)
+
+    def drain(self) -> dict[str, dict[str, Any]]:
+        """The rows changed since the last drain, to persist."""
+        out = {k: {"set": list(self._sets.get(k, ())), "revealed": self._revealed.get(k, "")} for k in self._dirty}
+        self._dirty = set()
         return out
+
+
+def sum_instance(*, run_id: str, round_index: int, attempt: int, label: str, survivors: Sequence[str]) -> str:
+    """Names one unmasked sum: the same string for two sums means the same values over the same survivors."""
+    return f"{run_id}|r{round_index}|a{attempt}|{label}|{','.join(sorted(survivors))}"
 
 
 @dataclass
@@ -376,6 +404,8 @@ class _Attempt:
     inputs: str = ""  # digest of the public parameters the attempt began with (bound by the consistency round)
     accepted: bool = False
     masked: dict[str, tuple[str, ...]] = field(default_factory=dict)  # label -> participants masked with
+    digests: dict[str, str] = field(default_factory=dict)  # label -> the ledger key of the value masked
+    repeats: dict[str, str] = field(default_factory=dict)  # label -> the earlier sum it was unmasked in, signed
     signed: dict[str, tuple[str, ...]] = field(default_factory=dict)  # label -> the one survivor set signed
     revealed: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = field(default_factory=dict)
 
@@ -552,6 +582,7 @@ class MaskedUpload:
         masked = (value + self_mask(own.seed, context=ctx, size=value.size)
                   + pairwise_masks(own.private, me=self.party_id, peers=peers, context=ctx, size=value.size))
         att.masked[label] = names
+        att.digests[label] = self.ledger.digest(value)
         return {"masked": masked}
 
     def _masked_with(self, att: _Attempt, step: Step) -> tuple[str, tuple[str, ...]]:
@@ -562,9 +593,9 @@ class MaskedUpload:
                                 extra={"field": "step"})
         return label, names
 
-    def _statement(self, att: _Attempt, label: str, survivors: Sequence[str]) -> bytes:
+    def _statement(self, att: _Attempt, label: str, survivors: Sequence[str], repeat: str) -> bytes:
         return survivors_statement(run_id=self.secagg.run_id, round_index=att.round_index, attempt=att.attempt,
-                                   label=label, survivors=survivors, inputs=att.inputs)
+                                   label=label, survivors=survivors, inputs=f"{att.inputs}|{repeat}")
 
     def consistency(self, step: Step, message: Message) -> Message:
         """Sign one survivor set per step (this party in it, at least t parties, all of them masked with)."""
@@ -581,7 +612,9 @@ class MaskedUpload:
         if first != survivors:
             raise ProtocolError(f"consistency round: {label} was already signed for survivors {list(first)} "
                                 "(one survivor set per step)", extra={"field": "survivors"})
-        return {"signature": self.secagg.sign(self._statement(att, label, survivors))}
+        # whether this party's value was unmasked before, signed: the other survivors count fresh values from it
+        repeat = att.repeats.setdefault(label, self.ledger.revealed(att.digests[label]))
+        return {"signature": self.secagg.sign(self._statement(att, label, survivors, repeat)), "repeat": repeat}
 
     def _signed_by(self, party_id: str, statement: bytes, signature: object) -> bool:
         """Whether the signature is the party's, under the identity key authenticated at key agreement."""
@@ -609,14 +642,37 @@ class MaskedUpload:
         if not isinstance(signatures, dict):
             raise ProtocolError("consistency round: the request carries the survivors' signatures",
                                 extra={"field": "signatures"})
-        statement = self._statement(att, label, survivors)
-        valid = [p for p, sig in signatures.items() if str(p) in survivors and self._signed_by(str(p), statement, sig)]
+        repeats = message.get("repeats") or {}
+        if not isinstance(repeats, dict):
+            raise ProtocolError("consistency round: repeats maps each signer to what it signed",
+                                extra={"field": "repeats"})
+        claims = {str(p): (att.repeats[label] if str(p) == self.party_id else str(repeats.get(p, "")))
+                  for p in signatures}
+        valid = [p for p, sig in signatures.items() if str(p) in survivors
+                 and self._signed_by(str(p), self._statement(att, label, survivors, claims[str(p)]), sig)]
         if len(valid) < att.threshold:
             raise ProtocolError(f"consistency round: {len(valid)} valid signatures of authenticated peers over the "
                                 f"survivor set, {att.threshold} needed", extra={"field": "signatures"})
+        self._check_fresh(att, label, survivors, {str(p): claims[str(p)] for p in valid})
         att.revealed.setdefault(label, (survivors, dropped))
+        self.ledger.reveal(att.digests[label], sum_instance(run_id=self.secagg.run_id, round_index=att.round_index,
+                                                            attempt=att.attempt, label=label, survivors=survivors))
         mine = att.shares[label]
         return {"seed": {s: mine[s]["seed"] for s in survivors}, "key": {d: mine[d]["key"] for d in dropped}}
+
+    @staticmethod
+    def _check_fresh(att: _Attempt, label: str, survivors: Sequence[str], claims: Mapping[str, str]) -> None:
+        """At least t signed survivors bring values never unmasked before, or every survivor repeats the one sum
+        it was unmasked in over these same survivors (an honest retry: the same sum again). Otherwise a new sum
+        would differ from earlier ones by fewer than t parties' values (some kept, one moved on)."""
+        fresh = [p for p, c in claims.items() if not c]
+        seen = set(claims.values())
+        again = (len(claims) == len(survivors) and len(seen) == 1
+                 and next(iter(seen)).rsplit("|", 1)[-1] == ",".join(sorted(survivors)))
+        if len(fresh) < att.threshold and not again:
+            raise ProtocolError(f"fresh values: {label} over {list(survivors)} holds {len(fresh)} values never "
+                                f"unmasked before ({sorted(fresh)}), {att.threshold} needed; the others repeat "
+                                f"{sorted(c for c in seen if c)}", extra={"field": "survivors"})
 
     def check_summed(self, step: Step, participants: Sequence[str]) -> None:
         """The sum handed down must name exactly the survivor set this party signed for the step (the only set

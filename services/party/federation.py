@@ -545,7 +545,7 @@ class FederationService:
             if isinstance(run.aggregation, MaskedUpload):
                 claimed = run.aggregation.ledger.drain()
                 if claimed:  # persisted before the masked answer leaves this party
-                    store.add_states(session=session, values={VALUE_PREFIX + k: list(v) for k, v in claimed.items()})
+                    store.add_states(session=session, values={VALUE_PREFIX + k: v for k, v in claimed.items()})
                 record = run.aggregation.export()
                 if record != run.masked_saved:  # which set each value was masked for outlives a restart
                     store.put_state(session=session, key=f"masked:{run.run_id}", value=record)

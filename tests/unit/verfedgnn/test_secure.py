@@ -61,9 +61,11 @@ def test_wire_audit_no_unmasked_per_party_value_reaches_the_coordinator() -> Non
     masked.run_round(0)
     seen = [np.asarray(r.payload["masked"]) for r in log.records if r.step.name in ("projection", "finish")]
     # up: masked vectors, the begin's public step keys and sealed shares, the consistency round's
-    # signatures over the survivor set (and nothing else at that step), the survivors' seed shares
-    assert all(set(r.payload) <= {"masked", "secagg", "seed", "key", "signature"} for r in log.records)
-    assert all(set(r.payload) == {"signature"} for r in log.records if r.step.name.startswith("consistency:"))
+    # signatures over the survivor set with the signed note of an earlier sum the value was unmasked in (none in
+    # a fresh round), and nothing else at that step; the survivors' seed shares
+    assert all(set(r.payload) <= {"masked", "secagg", "seed", "key", "signature", "repeat"} for r in log.records)
+    assert all(set(r.payload) == {"signature", "repeat"} and r.payload["repeat"] == ""
+               for r in log.records if r.step.name.startswith("consistency:"))
     assert all(not r.payload.get("key") for r in log.records if r.step.name.startswith("recovery:"))
     for p, trainer in plain.parties.items():  # what each party would have sent in the clear
         trainer.begin_round(round_index=0, public=plain.coordinator.public_params())
