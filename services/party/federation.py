@@ -606,7 +606,8 @@ class FederationService:
         latest finished round's, or the one kept for that round (`keep_best`); 409 for any other round.
 
         The party's local ranking is fitted here, on its own split beside that model (`ProtocolPlan.fit_local`),
-        and stored with it; returns (version, the value report's rows: validation NDCG@10 per slice).
+        and stored with it; returns (version, the value report's rows: validation NDCG@10 per slice; none under
+        DP, `value_withheld` says why).
         """
         with self._lock, self.sessions() as session:
             run = self._run(session, run_id)
@@ -635,17 +636,37 @@ class FederationService:
                                    if len(rows) else np.zeros((0, len(model.item_ids))), seed=run.seed)
         if local is None:
             return model, []
-        value = [{"slice": f.slice, "users": f.users, "local_ndcg10": f.local, "federated_ndcg10": f.federated,
-                  "served_ndcg10": f.served} for f in local.figures if f.users >= MIN_REPORT_USERS]
+        value = [] if self._dp_withheld(run) else [
+            {"slice": f.slice, "users": f.users, "local_ndcg10": f.local, "federated_ndcg10": f.federated,
+             "served_ndcg10": f.served} for f in local.figures if f.users >= MIN_REPORT_USERS]
         return replace(model, local=local.to_tree()), value
 
     def served_valid(self, *, run_id: str, round_index: int) -> tuple[float, int] | None:
         """(squared error, count) of the model published for `round_index` on this party's validation ratings,
-        as served (the release gate compares them); None when there are none."""
+        as served (the release gate compares them); None when there are none or the run withholds them (DP)."""
         with self._lock:
             run = self._runs.get(run_id)
             model = None if run is None else run.published.get(round_index)
-            return None if model is None or run is None else served_valid_sums(model, plan=run.plan, data=run.data)
+            if model is None or run is None or self._dp_withheld(run):
+                return None
+            return served_valid_sums(model, plan=run.plan, data=run.data)
+
+    def value_withheld(self, *, run_id: str) -> str | None:
+        """Why this party's publish answers no validation figures for the run (None: it answers them)."""
+        with self._lock:
+            run = self._runs.get(run_id)
+            return None if run is None else self._dp_withheld(run)
+
+    @staticmethod
+    def _dp_withheld(run: _Run) -> str | None:
+        """Under whole-run DP, why the held-out figures stay here: they come from validation ratings the randomized
+        response does not cover, so the run's ε would not bound what they tell (docs/privacy.md §7.3)."""
+        from services.federation.plan import RunContract
+
+        if RunContract(run.plan, run.config).dp_epsilon() is None:
+            return None
+        return ("withheld: dp_epsilon set; a party's validation error sum and count and its NDCG@10 per slice come "
+                "from held-out ratings outside the run's differential-privacy accounting")
 
     def _serving(self, run: _Run, round_index: int) -> ServingModel:
         """The serving model of the latest completed forward (the caller holds the lock)."""
