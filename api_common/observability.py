@@ -80,7 +80,11 @@ def uvicorn_options(*, log_format: str, cert: Path | None, key: Path | None, gua
                                "http": deadline_protocol(header_timeout_s=guard.header_timeout_s,
                                                          max_header_bytes=guard.max_header_bytes,
                                                          max_per_address=guard.max_connections_per_address,
-                                                         exempt=guard.trusted_proxies),
+                                                         exempt=guard.trusted_proxies,
+                                                         max_connections=guard.max_connections,
+                                                         reserved=guard.reserved_connections,
+                                                         credentials=guard.reserved_credentials(),
+                                                         reserved_header_timeout_s=guard.reserved_header_timeout_s),
                                "limit_concurrency": guard.max_connections}
     if log_format == "json":
         configure_json_logging()

@@ -132,9 +132,19 @@ class GuardSettings(BaseSettings):
     # Open connections one client address may hold per process (trusted proxies exempt); past it a new
     # connection is answered 503 and closed at once, so one caller cannot take every slot.
     max_connections_per_address: int = Field(256, ge=1)
+    # Of max_connections, this many are kept for callers whose first request carries the admin token (at a
+    # party, also the coordinator credential): many addresses together cannot lock the federation out. A
+    # connection past the open share must send such headers within reserved_header_timeout_s or is answered
+    # 503 (api_common.http_protocol.AddressSlots); at most half of max_connections is reserved.
+    reserved_connections: int = Field(64, ge=0)
+    reserved_header_timeout_s: float = Field(2.0, gt=0, le=3600)
     # A request body must average at least this many bytes per second of the service's waiting, after a
     # grace of body_timeout_s; a slower one is answered 408 (a byte every 29 s no longer holds a slot).
     min_body_rate_bytes_s: int = Field(1024, ge=0)
+
+    def reserved_credentials(self) -> list[str]:
+        """Bearer tokens whose holders may take the reserved connection slots (each service names its own)."""
+        return []
 
 
 def check_pair(prefix: str, cert: Path | None, key: Path | None, what: str) -> None:
@@ -221,6 +231,12 @@ class PartySettings(GuardSettings):
     train_master_port: int = Field(0, ge=0, le=65535)  # 0: a free port (only when every rank is local)
     train_timeout_s: float = Field(600.0, gt=0.0, le=86400.0)
     train_idle_s: float = Field(900.0, gt=0.0, le=86400.0)
+
+    def reserved_credentials(self) -> list[str]:
+        """The admin token and the coordinator credential: the operator and the federation keep their slots.
+
+        Not the API keys: apps are many callers (P4: one key held 2,047 slots with slow bodies)."""
+        return [t for t in (self.admin_token, self.coordinator_token) if t]
 
     @model_validator(mode="after")
     def _secrets(self) -> PartySettings:
@@ -350,6 +366,10 @@ class CoordinatorSettings(GuardSettings):
             raise ValueError("COORD_TLS_CLIENT_CA_FILE needs COORD_TLS_CERT_FILE: client certificates need HTTPS")
         check_dev_host("COORD_", self.dev_mode, self.host)
         return self
+
+    def reserved_credentials(self) -> list[str]:
+        """The admin token (the operator's runs and registry); not the apps' API keys."""
+        return [self.admin_token] if self.admin_token else []
 
     @property
     def https_parties_only(self) -> bool:
