@@ -8,8 +8,12 @@ users, and predictions of 100 random pairs; then top-10 again at 4 connections, 
 service time rather than queueing. In the same run, just before the party's `/health`, a bare
 FastAPI app (benchmarks.bare_app: one route, uvicorn, one worker) answers `/health` under the same
 load: `bare_health_rps`, the floor the party's guard, metrics and logs are measured against
-(`health_vs_bare`, `recommend_vs_bare`). wrk is installed by the project's setup (`make wrk`, Debian
-package). The last stdout line is one JSON object with the issue's keys.
+(`health_vs_bare`, `recommend_vs_bare`). Each party is measured once its serving cache has precomputed
+every user's top-K (its `fedrec_serving_precomputed_version` gauge), as a serving replica is before it
+takes traffic. Last, a coordinator (`python -m coordinator_api`) fans the same top-10 requests out to two
+parties (the first and a second process on a copy of its database) and merges them, measured the same way:
+`coordinator_recommend_rps`, `coordinator_vs_bare`. wrk is installed by the project's setup (`make wrk`,
+Debian package). The last stdout line is one JSON object with the issue's keys.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import time
 import uuid
 from pathlib import Path
 
+import httpx
 import numpy as np
 from sqlalchemy.orm import Session
 
@@ -37,6 +42,7 @@ from services.party.serving import ServingModel, publish
 
 API_KEY = secrets.token_urlsafe(32)
 ADMIN, COORDINATOR = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+METRICS = secrets.token_urlsafe(32)
 POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 # wrk scripts: random users / random pair batches, and a summary line wrk's Lua prints at the end.
@@ -136,18 +142,50 @@ def wrk(url: str, path: str, script: str, *, connections: int, seconds: int, thr
     return stats
 
 
-def start_party(url: str, workers: int | None, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """`python -m party_api` on the database, waited on until ready."""
+def start_party(url: str, workers: int | None, log: Path, party_id: str = "a") -> tuple[subprocess.Popen[bytes], str]:
+    """`python -m party_api` on the database, waited on until ready and its top-K lists precomputed."""
     port = free_port()
-    env = {**os.environ, "PARTY_DATABASE_URL": url, "PARTY_ADMIN_TOKEN": ADMIN,
+    env = {**os.environ, "PARTY_DATABASE_URL": url, "PARTY_ADMIN_TOKEN": ADMIN, "PARTY_PARTY_ID": party_id,
            "PARTY_COORDINATOR_TOKEN": COORDINATOR, "PARTY_API_KEYS": json.dumps([API_KEY]),
-           "PARTY_PORT": str(port)}
+           "PARTY_METRICS_TOKEN": METRICS, "PARTY_PORT": str(port)}
     if workers:
         env["PARTY_WORKERS"] = str(workers)
     proc = subprocess.Popen([sys.executable, "-m", "party_api"], env=env, stdout=log.open("wb"),
                             stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     wait_healthy(base, timeout=600, proc=proc, log=log, path="/ready")  # workers import slowly on a busy machine
+    wait_precomputed(base)
+    return proc, base
+
+
+def wait_precomputed(base: str, *, timeout: float = 900.0) -> None:
+    """Ask one top-K (the process builds its snapshot), then wait until its per-user lists are built."""
+    deadline = time.monotonic() + timeout
+    with httpx.Client(timeout=600) as http:
+        http.get(f"{base}/v1/users/u0/recommendations", headers={"X-API-Key": API_KEY}).raise_for_status()
+        while time.monotonic() < deadline:
+            text = http.get(f"{base}/metrics", headers={"Authorization": f"Bearer {METRICS}"}).text
+            if any(line.startswith("fedrec_serving_precomputed_version ") and float(line.split()[1]) > 0
+                   for line in text.splitlines()):
+                return
+            time.sleep(0.5)
+    raise TimeoutError(f"{base} did not precompute its top-K lists within {timeout:.0f} s")
+
+
+def start_coordinator(work: Path, parties: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
+    """`python -m coordinator_api` on a fresh SQLite database with the parties registered."""
+    port = free_port()
+    home = work / "coordinator"
+    env = {**os.environ, "COORD_DATABASE_URL": f"sqlite:///{home / 'coordinator.db'}", "COORD_DATA_DIR": str(home),
+           "COORD_ADMIN_TOKEN": ADMIN, "COORD_API_KEYS": json.dumps([API_KEY]), "COORD_PORT": str(port)}
+    proc = subprocess.Popen([sys.executable, "-m", "coordinator_api"], env=env,
+                            stdout=(work / "coordinator.log").open("wb"), stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    wait_healthy(base, timeout=300, proc=proc, log=work / "coordinator.log", path="/health")
+    with httpx.Client(timeout=60) as http:
+        for party_id, url in parties.items():
+            http.post(f"{base}/v1/parties", headers={"Authorization": f"Bearer {ADMIN}"},
+                      json={"party_id": party_id, "url": url, "token": COORDINATOR}).raise_for_status()
     return proc, base
 
 
@@ -168,6 +206,20 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(30)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+def measure_coordinator(work: Path, base_a: str, url_b: str, args: argparse.Namespace, rec: str) -> dict[str, float]:
+    """The coordinator's merged top-10 over two parties (the first party and a second process), under wrk."""
+    proc_b, base_b = start_party(url_b, args.workers, work / "party_b.log", party_id="b")
+    try:
+        coord, coord_base = start_coordinator(work, {"a": base_a, "b": base_b})
+        try:
+            wrk(coord_base, "/", rec, connections=args.concurrency, seconds=3, threads=args.threads)
+            return wrk(coord_base, "/", rec, connections=args.concurrency, seconds=args.seconds, threads=args.threads)
+        finally:
+            stop(coord)
+    finally:
+        stop(proc_b)
 
 
 def main() -> None:
@@ -200,6 +252,12 @@ def main() -> None:
                               dim=args.dim, seed=args.seed)
         print(f"built {args.users} users x {args.items} items, {ratings} ratings in "
               f"{time.perf_counter() - t0:.1f}s", file=sys.stderr)
+        url_b = None
+        if not args.postgres:  # the coordinator's second party: a copy of the first's database
+            for suffix in ("", "-wal", "-shm"):
+                if (work / f"party.db{suffix}").exists():
+                    shutil.copy(work / f"party.db{suffix}", work / f"party_b.db{suffix}")
+            url_b = f"sqlite:///{work / 'party_b.db'}"
         proc, base = start_party(url, args.workers, work / "party.log")
         try:
             fill = {"seed": args.seed, "users": args.users, "items": args.items, "key": API_KEY, "pairs": args.pairs}
@@ -222,12 +280,14 @@ def main() -> None:
             recommend = run("/", rec, args.concurrency)
             predict = run("/", pred, args.concurrency)
             light = run("/", rec, args.light_concurrency)
+            coordinator = measure_coordinator(work, base, url_b or url, args, rec)
         finally:
             stop(proc)
             if schema:
                 drop_schema(args.postgres_url, schema)
     passes = (health, recommend, predict, light)
-    for name, p in zip(("bare_health", "health", "recommend", "predict", "recommend_light"), (bare, *passes)):
+    for name, p in zip(("bare_health", "health", "recommend", "predict", "recommend_light", "coordinator_recommend"),
+                       (bare, *passes, coordinator)):
         print(f"{name}: {p['rps']:.0f} req/s, p50 {p['p50_us'] / 1e3:.2f} ms, p99 {p['p99_us'] / 1e3:.2f} ms, "
               f"errors {p['errors']:.0f}", file=sys.stderr)
     result = {
@@ -243,6 +303,10 @@ def main() -> None:
         "recommend_vs_health": round(recommend["rps"] / health["rps"], 3),
         "bare_health_rps": round(bare["rps"]), "health_vs_bare": round(health["rps"] / bare["rps"], 3),
         "recommend_vs_bare": round(recommend["rps"] / bare["rps"], 3), "bare_errors": int(bare["errors"]),
+        "coordinator_recommend_rps": round(coordinator["rps"]),
+        "coordinator_recommend_p99_ms": round(coordinator["p99_us"] / 1e3, 2),
+        "coordinator_vs_bare": round(coordinator["rps"] / bare["rps"], 3),
+        "coordinator_errors": int(coordinator["errors"]),
     }
     print(json.dumps(result))
 

@@ -326,6 +326,11 @@ def _rated(snap: Snapshot, row: int) -> np.ndarray:
     return snap.rated_idx[snap.rated_ptr[row]:snap.rated_ptr[row + 1]]
 
 
+def precomputed(snapshot: Snapshot, k: int) -> bool:
+    """Whether a top-k from this snapshot is a slice of precomputed lists (no scoring: safe on an event loop)."""
+    return snapshot.hot is not None and 1 <= k <= snapshot.hot.top.shape[1]
+
+
 def recommend(*, snapshot: Snapshot, user_id: str, k: int) -> dict[str, Any]:
     """Top-k by ranking score of this party's items the user has not rated; cold users get the most popular, flagged.
 
@@ -343,6 +348,7 @@ def recommend(*, snapshot: Snapshot, user_id: str, k: int) -> dict[str, Any]:
     if row is None:
         raise NotFound(f"user {user_id!r} is unknown to this party", extra={"field": "user_id"})
     kind, hot = snap.kind(row), snap.hot
+    fallback: str | None
     if kind == POPULARITY:
         # Walk the popularity order past the user's own items: at most k + |rated| entries.
         rated = _rated(snap, row)

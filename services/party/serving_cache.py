@@ -136,6 +136,10 @@ class ModelCache:
                            extra={"code": "model_not_ready"})
         return snap
 
+    def peek(self) -> Snapshot | None:
+        """The snapshot served now, without building one (None before the first build)."""
+        return self._snapshot
+
     async def run(self, work: Callable[[], T]) -> T:
         """Run scoring work on the serving executor (never on the event loop)."""
         return await asyncio.get_running_loop().run_in_executor(self.executor, work)
