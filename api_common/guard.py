@@ -2,7 +2,8 @@
 
 The guard is the app router's dispatcher. It finds the route (once: the router does not search
 again), runs the header check of the credential that route's dependencies require (the same
-function the dependency runs later), and refuses an oversized Content-Length; bodies without a
+function the dependency would run: a credential its router attaches is then left out of the route
+the guard dispatches to, so it is checked once), and refuses an oversized Content-Length; bodies without a
 length are counted while the app streams them, against the route's limit, the body deadline and a
 minimum rate. Each route's policy is computed once. Nothing here buffers a body, so a 200 MB upload
 without a credential costs the service a few kilobytes of socket buffer.
@@ -117,15 +118,35 @@ _ROUTE_PARAMETERS = tuple(name for name in inspect.signature(APIRoute.__init__).
                           if name not in ("self", "path", "endpoint"))
 
 
-def _flat_route(context: Any) -> Any:
-    """A plain APIRoute with everything an included router gives its route (prefix, dependencies, responses,
-    …): matched by one regex, as a route added to the app directly. A route of the app itself is kept."""
+def _route_kwargs(context: Any) -> dict[str, Any] | None:
+    """APIRoute's keywords for a route of an included router (prefix, dependencies, responses, …) as FastAPI
+    sees it; None for a route of the app itself (kept as it is) or one that is no APIRoute."""
     if not isinstance(context.original_route, APIRoute):
         return None  # mounts and other routes: served by the app's own router
     if context.route is context.original_route and getattr(context, "_route_context", None) is None:
-        return context.original_route
-    kwargs = {name: getattr(context, name) for name in _ROUTE_PARAMETERS if hasattr(context, name)}
+        return None
+    return {name: getattr(context, name) for name in _ROUTE_PARAMETERS if hasattr(context, name)}
+
+
+def _flat_route(context: Any) -> Any:
+    """A plain APIRoute with everything an included router gives its route: matched by one regex, as a route
+    added to the app directly. A route of the app itself is kept."""
+    kwargs = _route_kwargs(context)
+    if kwargs is None:
+        return context.original_route if isinstance(context.original_route, APIRoute) else None
     return APIRoute(context.path, context.endpoint, **kwargs)
+
+
+def _served_route(context: Any, route: Any, checked: Mapping[Any, HeaderCheck]) -> Any:
+    """The route the guard dispatches to: `route` without the credential dependencies its router attached that
+    the guard itself runs (the same header check) before the route is reached, so a request is not
+    authenticated twice and pays no dependency resolution for it. The app's routes and OpenAPI keep them."""
+    kwargs = _route_kwargs(context)
+    dependencies = (kwargs or {}).get("dependencies") or []
+    kept = [d for d in dependencies if not (_hashable(d.dependency) and d.dependency in checked)]
+    if kwargs is None or len(kept) == len(dependencies):
+        return route
+    return APIRoute(context.path, context.endpoint, **{**kwargs, "dependencies": kept})
 
 
 class RequestGuard:
@@ -154,7 +175,9 @@ class RequestGuard:
             for context in iter_route_contexts(self.router.routes):
                 route = _flat_route(context)
                 if route is not None:
-                    table.append((_literal_prefix(route), route, self._route_policy(route)))
+                    # The policy from every dependency of the route; the guard enforces it on each request.
+                    policy = self._route_policy(route)
+                    table.append((_literal_prefix(route), _served_route(context, route, self.checks), policy))
             self._table, self._built_for = table, len(self.router.routes)
         return self._table
 
