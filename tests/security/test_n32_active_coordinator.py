@@ -5,7 +5,8 @@ the test plays the coordinator by hand over HTTP, as the third probe did:
 
 1. different dropout splits per party (the target told "you alone survived", each other party "the
    target and you survived") — the consistency round refuses it;
-2. one value masked for three participant sets in three rounds — one mask per state version refuses it;
+2. one value masked for three participant sets in three rounds — one mask per state version refuses it; and
+   after a sum over two of the values, a sum over all three (one value more) — fresh values refuses it;
 3. a re-configure with a sybil — the run is configured once, its peer set is fixed, pinned identities
    accept no new id, and rounds refuse participants outside the peer set.
 
@@ -81,17 +82,17 @@ class Attacker:
         return self.step(party, round_index, "begin", {"public": self.public, "participants": participants},
                          attempt=attempt)
 
-    def masked_round(self, round_index: int, names: list[str]) -> None:
+    def masked_round(self, round_index: int, names: list[str], *, attempt: int = 0) -> None:
         """Begin a round over `names` and have each mask its layer-0 projection (the step's value)."""
         opened = {}
         for p in names:
-            res = self.begin(p, round_index, names)
+            res = self.begin(p, round_index, names, attempt=attempt)
             assert res.status_code == 200, res.text
             opened[p] = unpack_tree(res.content)
         for p in names:
             inbox = {s: opened[s]["secagg"]["sealed"][p] for s in names if s != p}
             assert "masked" in self.ok(p, round_index, "projection", {"participants": names, "sealed_in": inbox},
-                                       layer=0)
+                                       layer=0, attempt=attempt)
 
 
 def refused(res: httpx.Response, *rule: str) -> str:
@@ -190,12 +191,24 @@ def test_one_value_is_masked_for_one_participant_set_whatever_the_round(attacker
         for p in pair:
             refused(attacker.begin(p, r + k, pair), "one mask per value", "already masked")
         refused(attacker.begin(pair[0], r, pair, attempt=k), "one mask per value")  # or as a retry of round r
-    # the value's own set still unmasks honestly (consistency round, then one partition)
-    sig = {p: attacker.ok(p, r, "consistency:projection", {"survivors": NAMES}, layer=0)["signature"]
-           for p in NAMES}
+    # the value's own set unmasks one sum (consistency round, then one partition): {p0, p1} with p2 dropped,
+    # the sum of these same values the first test unmasked (the same survivors again are answered) ...
+    signed = {p: attacker.ok(p, r, "consistency:projection", {"survivors": ["p0", "p1"]}, layer=0)
+              for p in ("p0", "p1")}
+    request = {"survivors": ["p0", "p1"], "dropped": ["p2"],
+               "signatures": {p: a["signature"] for p, a in signed.items()},
+               "repeats": {p: a["repeat"] for p, a in signed.items()}}
+    for p in ("p0", "p1"):
+        shares.append(attacker.ok(p, r, "recovery:projection", request, layer=0))
+    # ... and no other: a new attempt over the three would sum the same values of p0 and p1 with p2's, one value
+    # more than that sum (fresh values: a party reveals only for a sum with t values never unmasked before)
+    attacker.masked_round(r, NAMES, attempt=4)
+    signed = {p: attacker.ok(p, r, "consistency:projection", {"survivors": NAMES}, layer=0, attempt=4) for p in NAMES}
+    request = {"survivors": NAMES, "dropped": [], "signatures": {p: a["signature"] for p, a in signed.items()},
+               "repeats": {p: a["repeat"] for p, a in signed.items()}}
     for p in NAMES:
-        shares.append(attacker.ok(p, r, "recovery:projection", {"survivors": NAMES, "dropped": [],
-                                                                "signatures": sig}, layer=0))
+        refused(attacker.step(p, r, "recovery:projection", request, layer=0, attempt=4), "fresh values",
+                "1 values never unmasked before (['p2'])")
     for target in NAMES:
         assert not rebuildable(target, shares, names=NAMES), target
 

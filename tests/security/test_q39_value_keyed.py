@@ -134,14 +134,15 @@ def play_round(att: Attacker, round_index: int, pair: list[str], public: dict[st
             held.uploads[p] = np.asarray(answer["masked"], np.uint64).ravel()
         else:
             refusals.setdefault(p, res)
-    signatures = {}
+    signed = {}
     for p in sorted(held.masked):  # every party that masked is asked to sign the whole pair as survivors
         res = att.step(p, round_index, f"consistency:{STEP}", {"survivors": pair}, layer=0)
         if res.status_code == 200:
-            signatures[p] = unpack_tree(res.content)["signature"]
+            signed[p] = unpack_tree(res.content)
+    request = {"survivors": pair, "dropped": [], "signatures": {p: a["signature"] for p, a in signed.items()},
+               "repeats": {p: a.get("repeat", "") for p, a in signed.items()}}  # relayed as the runner does
     for p in sorted(held.masked):
-        res = att.step(p, round_index, f"recovery:{STEP}", {"survivors": pair, "dropped": [],
-                                                            "signatures": signatures}, layer=0)
+        res = att.step(p, round_index, f"recovery:{STEP}", request, layer=0)
         if res.status_code == 200:
             held.shares.append(unpack_tree(res.content))
     return refusals
