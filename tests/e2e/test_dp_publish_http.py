@@ -30,8 +30,9 @@ def fed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]:
         yield f
 
 
-def _completed(fed: Federation, config: dict[str, Any]) -> dict[str, Any]:
-    run = fed.client.create_run(rounds=ROUNDS, min_parties=2, seed=0, config=config)
+def _completed(fed: Federation, config: dict[str, Any], *, seed: int) -> dict[str, Any]:
+    # each run its own seed: the parties refuse to unmask a sum of values an earlier run already unmasked
+    run = fed.client.create_run(rounds=ROUNDS, min_parties=2, seed=seed, config=config)
     status = fed.client.wait(run["run_id"], timeout=300)
     assert status["state"] == "completed", status["detail"]
     return status
@@ -56,7 +57,7 @@ def _release(fed: Federation, run_id: str) -> dict[str, Any]:
 
 
 def test_under_dp_a_party_publishes_no_validation_figures(fed: Federation) -> None:
-    status = _completed(fed, {**TINY_CONFIG, "dp_epsilon": 8})
+    status = _completed(fed, {**TINY_CONFIG, "dp_epsilon": 8}, seed=0)
     for pid, answer in _publish_answers(fed, status["run_id"]).items():
         assert answer.get("valid_sse") is None and answer.get("valid_count") is None, (pid, answer)
         assert answer.get("value") == [], (pid, answer)
@@ -71,7 +72,7 @@ def test_under_dp_a_party_publishes_no_validation_figures(fed: Federation) -> No
 
 
 def test_without_dp_a_party_publishes_its_validation_figures(fed: Federation) -> None:
-    status = _completed(fed, TINY_CONFIG)
+    status = _completed(fed, TINY_CONFIG, seed=1)
     answers = _publish_answers(fed, status["run_id"])
     for pid, answer in answers.items():
         assert answer["valid_count"] > 0 and answer["valid_sse"] >= 0, (pid, answer)
