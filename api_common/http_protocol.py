@@ -187,6 +187,7 @@ class DeadlineHttpToolsProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self.header_timeout_s, self.max_header_bytes = header_timeout_s, max_header_bytes
         self._deadline: asyncio.TimerHandle | None = None
+        self._due: float | None = None  # loop time by which the current request's headers must be complete
         self._header_bytes: int | None = None  # bytes of the request whose headers are incomplete
         self._slots = slots
         self._holding = False  # whether this connection is counted in the slots
@@ -196,23 +197,41 @@ class DeadlineHttpToolsProtocol(HttpToolsProtocol):
             # connections of the open share against a reserved caller too.
             self.limit_concurrency = None
 
+    # One timer per connection, not one per request: arming records when the headers are due, and a timer is
+    # set only when none is pending; disarming clears the due time and leaves the timer, which on firing
+    # does nothing, or sets itself again for a later request's due time.
     def _arm(self, timeout_s: float | None = None) -> None:
+        if self._due is not None:
+            return  # this request's headers already have their due time
+        self._due = self.loop.time() + (timeout_s or self.header_timeout_s)
+        if self._deadline is not None and self._deadline.when() > self._due:
+            self._deadline.cancel()  # set for a later time than this request's headers are due
+            self._deadline = None
         if self._deadline is None:
-            self._deadline = self.loop.call_later(timeout_s or self.header_timeout_s, self._headers_timed_out)
+            self._deadline = self.loop.call_at(self._due, self._headers_timed_out)
 
     def _disarm(self) -> None:
+        self._due = None
+
+    def _cancel_timer(self) -> None:
+        self._due = None
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
 
     def _refuse(self, status: int, reason: str, detail: str) -> None:
-        self._disarm()
+        self._cancel_timer()
         if not self.transport.is_closing():
             self.transport.write(_raw_answer(status, reason, detail))
             self.transport.close()
 
     def _headers_timed_out(self) -> None:
         self._deadline = None
+        if self._due is None:
+            return  # the headers came in time (a kept-alive connection between requests waits on uvicorn's timer)
+        if self._due > self.loop.time():  # a later request's due time
+            self._deadline = self.loop.call_at(self._due, self._headers_timed_out)
+            return
         if self._probation:
             self._refuse(503, "Service Unavailable", RESERVED_DETAIL)
         else:
@@ -239,7 +258,7 @@ class DeadlineHttpToolsProtocol(HttpToolsProtocol):
         self._arm(timeout_s)  # a connection that sends nothing at all is bounded too
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
+        self._cancel_timer()
         if self._slots is not None and self._holding:
             self._slots.give_back(self)
             self._holding = False

@@ -108,3 +108,25 @@ def test_one_round_is_followed_across_services_and_counted(tmp_path: Path, caplo
     assert dp_spent == pytest.approx(status["privacy"]["epsilon_spent"]) and 7.99 < dp_spent <= 8.0
     assert samples[("fedrec_run_dp_spent", (("parameter", "delta"), ("run_id", run["run_id"])))] == \
         pytest.approx(status["privacy"]["differential_privacy"]["delta"])
+
+
+def test_the_fast_request_line_is_the_formatters_line() -> None:
+    """The middleware writes its request line itself (no dict, no LogRecord): the same JSON JsonFormatter
+    writes, strings escaped the same way (a caller's request id or path with quotes, backslashes, non-ASCII)."""
+    from api_common.observability import Observability, _ObservedRequests, log
+    from services.protocol.tracing import request_id_var
+
+    middleware = _ObservedRequests(lambda *_: None, observability=Observability(service="party", metrics_token=None))
+    fields = {"method": "GET", "route": "/v1/users/{user_id}", "status": 404, "path": '/v1/users/u:"\\é\x01',
+              "duration_ms": 1.25, "request_id": 'id "quoted" \\ back', "service": "party"}
+    line = json.loads(middleware._line(fields))
+    record = logging.LogRecord(log.name, logging.INFO, __file__, 1, "request", None, None)
+    record.__dict__.update(fields)
+    token = request_id_var.set(fields["request_id"])  # bound during the request, as the middleware does
+    try:
+        expected = json.loads(JsonFormatter().format(record))
+    finally:
+        request_id_var.reset(token)
+    assert list(line) == list(expected) and {k: v for k, v in line.items() if k != "ts"} == \
+        {k: v for k, v in expected.items() if k != "ts"}
+    assert line["ts"].endswith("Z") and len(line["ts"]) == len(expected["ts"])

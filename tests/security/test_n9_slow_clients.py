@@ -108,3 +108,18 @@ def test_normal_and_kept_alive_requests_still_work(party: Proc) -> None:
         assert c.get("/health").status_code == 200
         rows = {"rows": [{"user_id": "u1", "item_id": "i1", "rating": 4}]}
         assert c.post("/v1/interactions", json=rows, headers={"Authorization": f"Bearer {ADMIN}"}).status_code == 200
+
+
+def test_a_kept_alive_connection_gives_each_request_its_own_header_deadline(party: Proc) -> None:
+    """The deadline runs from each request's first byte: a second request begun 1 s after the first is
+    closed HEADER_S after its own start (not the first request's), and not left open either."""
+    with _connect(party) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        time.sleep(1.0)
+        started = time.monotonic()
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # never finished
+        data, _ = _answer_and_close(sock)
+        waited = time.monotonic() - started
+    assert data.startswith(b"HTTP/1.1 408"), data
+    assert HEADER_S - 0.3 < waited < HEADER_S + 2, waited
