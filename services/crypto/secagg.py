@@ -113,10 +113,13 @@ class KeyAnnouncement:
 class SecAggParty:
     """One party's secure-aggregation state for one run: its keys, and the pairwise keys with its peers."""
 
-    def __init__(self, *, party_id: str, secret: bytes, run_id: str) -> None:
+    def __init__(self, *, party_id: str, secret: bytes, run_id: str, nonce: int = 0) -> None:
         if len(secret) < 16:
             raise CryptoError("a party secret must have at least 16 bytes")
         self.party_id, self.run_id, self._secret = party_id, run_id, secret
+        # how many earlier masked runs this party configured with the same seed (its own count): it enters the
+        # projection seed, so no two runs start from the same values; 0 keeps the first run as seeded
+        self.nonce = nonce
         self._dh = nacl.public.PrivateKey(_h(b"dh", secret, run_id.encode()))
         self._sign = nacl.signing.SigningKey(_h(b"identity", secret))
         self.pair_keys: dict[str, bytes] = {}
@@ -199,7 +202,8 @@ class SecAggParty:
 
     def contribution(self, run_seed: int) -> bytes:
         """This party's 32-byte share of the agreed seed."""
-        return hmac.new(self._secret, f"projection-seed|{run_seed}".encode(), hashlib.sha256).digest()
+        label = f"projection-seed|{run_seed}" + (f"|{self.nonce}" if self.nonce else "")
+        return hmac.new(self._secret, label.encode(), hashlib.sha256).digest()
 
     def seal_contribution(self, run_seed: int) -> dict[str, str]:
         """The contribution sealed for each peer (hex), to be relayed by the coordinator."""

@@ -16,9 +16,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from services.crypto.psi import PsiParty
 from services.crypto.secagg import SecAggParty
+from services.crypto.double_mask import threshold_for
 from services.errors import CryptoError, NotFound, ProtocolError, ValidationFailed
 from services.federation import registry
-from services.crypto.double_mask import threshold_for
 from services.federation.aggregation import (
     CONSISTENCY,
     MIN_MASKED,
@@ -43,7 +43,7 @@ from services.federation.messages import (
     WarmStartRef,
     announcements_from,
 )
-from services.federation.plan import SPLIT_CODES, PartySide, ProtocolPlan, RatingTable, Seeds
+from services.federation.plan import SPLIT_CODES, PartySide, ProtocolPlan, RatingTable, RunContract, Seeds
 from services.federation.validation import carve_validation
 from services.federation.warm import row_map
 from services.party import fed_store as store
@@ -304,14 +304,17 @@ class FederationService:
             users = [str(u) for u in unpack_tree(found[1])["user_ids"].tolist()]
             run = _Run(request.run_id, plan, config, request.seed, users, store.all_item_ids(session=session),
                        warm=request.warm_start)
-            check_dp_request(policy=self.dp_policy, epsilon=getattr(config, "dp_epsilon", None), session=session,
+            # the DP floor reads ε through the plan: a protocol that nests the setting is held to it too
+            check_dp_request(policy=self.dp_policy, epsilon=RunContract(plan, config).dp_epsilon(), session=session,
                              n_users=len(users), n_items=len(run.item_order))
-            run.secagg = SecAggParty(party_id=self.party_id, secret=self.secret(session), run_id=request.run_id)
+            nonce = int(before.get("nonce", 0)) if before else self._seed_nonce(session, request, plan, config)
+            run.secagg = SecAggParty(party_id=self.party_id, secret=self.secret(session), run_id=request.run_id,
+                                     nonce=nonce)
             data = self._load_data(session, run, total_items=1)
             if not before:  # a repeated configure changes nothing: the peer set, the start and the masks stay
                 store.put_state(session=session, key=f"run:{request.run_id}",
                                 value={"config": request.config, "seed": request.seed, "start": None,
-                                       "warm_start": warm})
+                                       "warm_start": warm, "nonce": nonce})
             self._runs[request.run_id] = run
             a = run.secagg.announce()
             count, total = plan.announce(data)
@@ -319,6 +322,20 @@ class FederationService:
                                      train_count=count, train_sum=total, user_rows=self._user_rows(session, run),
                                      key=KeyAnnouncementModel(party_id=a.party_id, dh_public=a.dh_public,
                                                               identity=a.identity, signature=a.signature))
+
+    @staticmethod
+    def _seed_nonce(session: Session, request: ConfigureRequest, plan: ProtocolPlan, config: Any) -> int:
+        """How many masked runs this party configured with this seed before (kept in its database): a new run
+        from a seed already used starts from other values, so its sums never repeat an earlier run's values
+        (which the fresh-sums rule would refuse to unmask); a plain run masks nothing and keeps the seed's
+        values (the masked run it is compared with is then the same training)."""
+        if not plan.secure_by_default(config):
+            return 0
+        key = f"seed-runs:{request.seed}"
+        earlier = list(store.get_state(session=session, key=key) or [])
+        if request.run_id not in earlier:
+            store.put_state(session=session, key=key, value=[*earlier, request.run_id])
+        return earlier.index(request.run_id) if request.run_id in earlier else len(earlier)
 
     @staticmethod
     def _user_rows(session: Session, run: _Run) -> list[int] | None:
@@ -491,7 +508,8 @@ class FederationService:
         config = self._config(plan, value["config"], int(value["seed"]))
         run = _Run(run_id, plan, config, int(value["seed"]), users, store.all_item_ids(session=session),
                    warm=WarmStartRef(**value["warm_start"]) if value.get("warm_start") else None)
-        run.secagg = SecAggParty(party_id=self.party_id, secret=self.secret(session), run_id=run_id)
+        run.secagg = SecAggParty(party_id=self.party_id, secret=self.secret(session), run_id=run_id,
+                                 nonce=int(value.get("nonce", 0)))
         if not alone:
             run.secagg.accept(announcements_from(value["peers"]))  # verified (and pinned) when first received
         self._build(session, run, StartRequest(**value["start"]))
@@ -661,8 +679,6 @@ class FederationService:
     def _dp_withheld(run: _Run) -> str | None:
         """Under whole-run DP, why the held-out figures stay here: they come from validation ratings the randomized
         response does not cover, so the run's ε would not bound what they tell (docs/privacy.md §7.3)."""
-        from services.federation.plan import RunContract
-
         if RunContract(run.plan, run.config).dp_epsilon() is None:
             return None
         return ("withheld: dp_epsilon set; a party's validation error sum and count and its NDCG@10 per slice come "
