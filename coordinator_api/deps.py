@@ -33,8 +33,8 @@ def get_manager(request: Request) -> RunManager:
     return request.app.state.manager  # type: ignore[no-any-return]
 
 
-def get_fanout(request: Request) -> ServingFanout:
-    """The serving fan-out (its own client and pool; built and closed by the app's lifespan)."""
+async def get_fanout(request: Request) -> ServingFanout:
+    """The serving fan-out (its own clients and pool; built and closed by the app's lifespan); async: no thread hop."""
     return request.app.state.fanout  # type: ignore[no-any-return]
 
 

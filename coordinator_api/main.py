@@ -41,7 +41,7 @@ def create_app(settings: CoordinatorSettings, *, resume: bool = True) -> FastAPI
             registry.seal_stored(session=session)
         app.state.manager = RunManager(sessions=app.state.sessionmaker, settings=settings,
                                        http=party_http_client(settings), on_round=metrics.round_completed)
-        app.state.fanout = ServingFanout(settings=settings)
+        app.state.fanout = ServingFanout(settings=settings, sessions=app.state.sessionmaker)
         if resume:
             app.state.manager.resume_all()
         # After resuming: a firing sees the resumed run as active and is skipped.
@@ -51,6 +51,7 @@ def create_app(settings: CoordinatorSettings, *, resume: bool = True) -> FastAPI
             yield
         finally:
             app.state.scheduler.shutdown()  # before the run manager: no firing submits to a stopped one
+            await app.state.fanout.aclose()
             app.state.fanout.close()
             app.state.manager.shutdown()
             engine.dispose()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
@@ -19,10 +19,12 @@ predictions_router = APIRouter(prefix="/v1/predictions", tags=["predictions"], d
 
 
 @router.get("/{user_id}/recommendations", response_model=MergedRecommendations)
-def recommendations(user_id: IdPath, session: SessionDep, fanout: FanoutDep,
-                    k: Annotated[int, Query(ge=1, le=1000)] = 10) -> MergedRecommendations:
+async def recommendations(user_id: IdPath, fanout: FanoutDep,
+                          k: Annotated[int, Query(ge=1, le=1000)] = 10) -> dict[str, Any]:
     """Merge the parties' top-k lists for a user (predicted ratings first, popularity fallbacks after)."""
-    return MergedRecommendations(**fanout.recommendations(session=session, user_id=user_id, k=k))
+    # async, no session: parties and release come from the fan-out's cached view, the parties are asked
+    # over one kept-alive asynchronous client; the dict is validated once, against response_model
+    return await fanout.recommendations(user_id=user_id, k=k)
 
 
 @predictions_router.post("", response_model=MergedPredictions, openapi_extra=body_class("predictions"))

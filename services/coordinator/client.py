@@ -85,6 +85,28 @@ class PinnedTransport(httpx.BaseTransport):
             pool.close()
 
 
+class AsyncPinnedTransport(httpx.AsyncBaseTransport):
+    """PinnedTransport for an AsyncClient (the serving fan-out's top-K): one pool per pinned TLS name."""
+
+    def __init__(self, *, verify: ssl.SSLContext, limits: httpx.Limits) -> None:
+        self._verify, self._limits = verify, limits
+        self._pools: dict[str | None, httpx.AsyncHTTPTransport] = {}
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send through the pool of the request's pinned name (pools are made on the event loop's one thread)."""
+        name = request.extensions.get("sni_hostname")
+        pool = self._pools.get(name)
+        if pool is None:
+            pool = self._pools[name] = httpx.AsyncHTTPTransport(verify=self._verify, limits=self._limits)
+        return await pool.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        """Close every pool."""
+        pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            await pool.aclose()
+
+
 def pinned(endpoint: PartyEndpoint) -> dict[str, Any]:
     """Request extensions of a call to a party: its registered tls_name as the name TLS verifies (PinnedTransport)."""
     return {"sni_hostname": endpoint.tls_name} if endpoint.tls_name else {}
@@ -94,6 +116,12 @@ def party_http_client(settings: CoordinatorSettings) -> httpx.Client:
     """The one HTTP client the coordinator reaches parties with (runs and serving fan-out)."""
     return httpx.Client(transport=PinnedTransport(verify=party_tls_context(settings),
                                                   limits=httpx.Limits(max_connections=64)))
+
+
+def party_async_client(settings: CoordinatorSettings, *, connections: int = 128) -> httpx.AsyncClient:
+    """The serving fan-out's asynchronous client: the same TLS verification and pinning, connections kept alive."""
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    return httpx.AsyncClient(transport=AsyncPinnedTransport(verify=party_tls_context(settings), limits=limits))
 
 
 def _trace() -> dict[str, str]:

@@ -8,20 +8,22 @@ bodies only; nothing here logs them.
 
 from __future__ import annotations
 
+import asyncio
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import httpx
 import numpy as np
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from models.metrics import merge_order
 from services.config import CoordinatorSettings
 from services.coordinator import registry, releases
-from services.coordinator.client import party_http_client, party_path, pinned
+from services.coordinator.client import party_async_client, party_http_client, party_path, pinned
 from services.coordinator.registry import PartyEndpoint
+from services.coordinator.serving_view import ServingView
 from services.errors import (
     Conflict,
     DomainError,
@@ -95,49 +97,87 @@ def _predictions_ok(body: dict[str, Any], asked: int) -> bool:
                and (p.get("fallback") is None or isinstance(p.get("fallback"), str)) for p in predictions)
 
 
+def _answer(party: PartyEndpoint, resp: httpx.Response) -> dict[str, Any]:
+    """A party's answer as a JSON object; 5xx → PartyUnavailable, 4xx → the domain error it names."""
+    extra = {"party_id": party.party_id}
+    if resp.status_code >= 500:
+        raise PartyUnavailable(f"party {party.party_id} answered HTTP {resp.status_code}", extra=extra)
+    raise_for(resp.status_code, resp.content, source=f"party {party.party_id}", extra=extra)
+    try:
+        body = resp.json() if resp.content else {}
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):  # a 2xx that is not a JSON object: that party is not serving properly
+        raise PartyUnavailable(f"party {party.party_id} answered HTTP {resp.status_code} without a JSON object",
+                               extra=extra)
+    return body
+
+
 def _code(reason: str) -> str:
     """"code: detail" -> code: a party's host names and error details are not the caller's to read."""
     return reason.split(":", 1)[0]
 
 
 class ServingFanout:
-    """The coordinator's serving calls to parties: its own client and pool, `fanout_timeout_s` per read."""
+    """The coordinator's serving calls to parties: its own clients and pool, `fanout_timeout_s` per read.
+
+    The top-K, the route apps call most, runs on the event loop: the enabled parties and the active release
+    come from `view` (cached, dropped on every change: services.coordinator.serving_view), and the parties
+    are asked at once over one shared asynchronous client whose connections are kept alive.
+    """
 
     def __init__(self, *, settings: CoordinatorSettings, http: httpx.Client | None = None,
-                 workers: int = 32) -> None:
+                 workers: int = 32, sessions: sessionmaker[Session] | None = None) -> None:
+        self.settings = settings
         self.deadline_s = settings.fanout_timeout_s
         # Erasure is a write at each party (a transaction and a WAL checkpoint), given the request timeout.
         self.erase_timeout_s = settings.request_timeout_s
         self.http = http or party_http_client(settings)  # one pool per pinned party name
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fedrec-serving")
+        self.view = None if sessions is None else ServingView(sessions)
+        if self.view is not None:
+            self.view.watch(sessions)  # type: ignore[arg-type]
+        self._async_http: httpx.AsyncClient | None = None  # made on first use, on the serving event loop
 
     def close(self) -> None:
         """Wait for calls in flight (each bounded by its timeout), then close the pool and the client."""
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.http.close()
 
+    async def aclose(self) -> None:
+        """Close the asynchronous client (its kept-alive connections)."""
+        if self._async_http is not None:
+            await self._async_http.aclose()
+            self._async_http = None
+
+    @staticmethod
+    def _headers(party: PartyEndpoint) -> dict[str, str]:
+        request_id = current_request_id()
+        return {"Authorization": f"Bearer {party.token}", **({REQUEST_ID_HEADER: request_id} if request_id else {})}
+
     def call(self, party: PartyEndpoint, method: str, path: str, *, timeout_s: float,
              **kwargs: Any) -> dict[str, Any]:
         """One request with the coordinator's credential; no retry; 5xx or no answer → PartyUnavailable."""
-        request_id = current_request_id()
-        headers = {"Authorization": f"Bearer {party.token}", **({REQUEST_ID_HEADER: request_id} if request_id else {})}
-        extra = {"party_id": party.party_id}
         try:
-            resp = self.http.request(method, f"{party.url}{path}", headers=headers, timeout=timeout_s,
+            resp = self.http.request(method, f"{party.url}{path}", headers=self._headers(party), timeout=timeout_s,
                                      extensions=pinned(party), **kwargs)
         except httpx.TransportError as exc:
-            raise PartyUnavailable(f"party {party.party_id} unavailable: {type(exc).__name__}", extra=extra) from exc
-        if resp.status_code >= 500:
-            raise PartyUnavailable(f"party {party.party_id} answered HTTP {resp.status_code}", extra=extra)
-        raise_for(resp.status_code, resp.content, source=f"party {party.party_id}", extra=extra)
+            raise PartyUnavailable(f"party {party.party_id} unavailable: {type(exc).__name__}",
+                                   extra={"party_id": party.party_id}) from exc
+        return _answer(party, resp)
+
+    async def call_async(self, party: PartyEndpoint, method: str, path: str, *, timeout_s: float,
+                         **kwargs: Any) -> dict[str, Any]:
+        """`call` on the event loop, over the shared asynchronous client."""
+        if self._async_http is None:
+            self._async_http = party_async_client(self.settings)
         try:
-            body = resp.json() if resp.content else {}
-        except ValueError:
-            body = None
-        if not isinstance(body, dict):  # a 2xx that is not a JSON object: that party is not serving properly
-            raise PartyUnavailable(f"party {party.party_id} answered HTTP {resp.status_code} without a JSON object",
-                                   extra=extra)
-        return body
+            resp = await self._async_http.request(method, f"{party.url}{path}", headers=self._headers(party),
+                                                  timeout=timeout_s, extensions=pinned(party), **kwargs)
+        except httpx.TransportError as exc:
+            raise PartyUnavailable(f"party {party.party_id} unavailable: {type(exc).__name__}",
+                                   extra={"party_id": party.party_id}) from exc
+        return _answer(party, resp)
 
     def ask(self, parties: dict[str, PartyEndpoint], call: Callable[[PartyEndpoint], T], *,
             deadline_s: float | None = None) -> tuple[dict[str, T], dict[str, str]]:
@@ -145,21 +185,45 @@ class ServingFanout:
         answers, failures = fan_out(self.pool, parties, call, deadline_s=deadline_s or self.deadline_s)
         return answers, {pid: _code(reason) for pid, reason in failures.items()}
 
+    async def ask_async(self, parties: dict[str, PartyEndpoint],
+                        call: Callable[[PartyEndpoint], Awaitable[T]]) -> tuple[dict[str, T], dict[str, str]]:
+        """`ask` on the event loop: every party at once, each within the deadline; failures as codes."""
+        jobs = sorted(parties.items())
+        done = await asyncio.gather(*(asyncio.wait_for(call(p), self.deadline_s) for _, p in jobs),
+                                    return_exceptions=True)
+        answers: dict[str, T] = {}
+        failures: dict[str, str] = {}
+        for (pid, _), result in zip(jobs, done):
+            if isinstance(result, TimeoutError):  # no answer within the deadline
+                failures[pid] = PartyUnavailable.code
+            elif isinstance(result, DomainError):
+                failures[pid] = result.code
+            elif isinstance(result, Exception):  # a party's bad answer must not stop the others
+                failures[pid] = type(result).__name__
+            elif isinstance(result, BaseException):
+                raise result  # cancelled: the caller went away
+            else:
+                answers[pid] = result
+        return answers, failures
+
     # ---- the three serving operations -------------------------------------------------------
-    def recommendations(self, *, session: Session, user_id: str, k: int) -> dict[str, Any]:
+    async def recommendations(self, *, user_id: str, k: int) -> dict[str, Any]:
         """Top-k over all enabled parties; 404 when no party knows the user, 502 when none could answer.
 
         Whoever answered within the deadline from the active release is merged; the others are listed in
         "unavailable" (release_mismatch: it serves another release) and the answer is flagged "partial".
         """
-        release_id = _active_release(session)
+        assert self.view is not None, "ServingFanout(sessions=...) serves top-K"
+        directory = await self.view.get()
+        release_id = directory.release_id
         params: dict[str, Any] = {"k": k, **({"release": release_id} if release_id else {})}
+        path = party_path("v1", "users", user_id, "recommendations")
 
-        def one(party: PartyEndpoint) -> dict[str, Any] | str | None:
+        async def one(party: PartyEndpoint) -> dict[str, Any] | str | None:
             """The party's top-k; None when it does not know the user; a code when it refused."""
             try:
-                body = _check_release(self.call(party, "GET", party_path("v1", "users", user_id, "recommendations"),
-                                                timeout_s=self.deadline_s, params=params), release_id)
+                body = _check_release(await self.call_async(party, "GET", path, timeout_s=self.deadline_s,
+                                                            params=params), release_id)
                 return body if _recommendations_ok(body) else MALFORMED
             except NotFound:
                 return None
@@ -168,7 +232,7 @@ class ServingFanout:
             except DomainError as exc:  # it answered (e.g. no model published yet): listed, not "unavailable"
                 return party_code(exc)
 
-        answers, failures = self.ask(_enabled(session), one)
+        answers, failures = await self.ask_async(directory.parties, one)
         not_ready(answers)
         return {**merge_recommendations(answers, failures, user_id=user_id, k=k), "release_id": release_id}
 
@@ -222,10 +286,6 @@ class ServingFanout:
                     for pid in sorted(parties)}
         return {"user_id": user_id, "parties": outcomes,
                 "complete": all(o["outcome"] != "unavailable" for o in outcomes.values())}
-
-
-def _enabled(session: Session) -> dict[str, PartyEndpoint]:
-    return {p.party_id: p for p in registry.list_parties(session=session) if p.enabled}
 
 
 def _outcome(outcome: str, reason: str | None = None, *, interactions_deleted: int | None = None) -> dict[str, Any]:

@@ -199,3 +199,17 @@ def test_erasure_lists_a_disabled_party_as_not_done(trained: tuple[Federation, d
     assert body["parties"]["p0"] == {"outcome": "unavailable", "reason": "party_disabled", "interactions_deleted": None}
     assert fed.http.get(f"{fed.parties['p0'].url}/v1/users/user-6", headers=ADMIN_H).status_code == 200  # untouched
     assert admin.delete("/v1/users/bad%01id").status_code == 422
+
+
+def test_the_top_k_sees_a_registry_change_at_once(trained: tuple[Federation, dict[str, Recorder]]) -> None:
+    """The merged top-K reads parties and release from a cached view: a change through the API drops it at once
+    (no wait for its refresh), so a disabled party is asked nothing on the very next request."""
+    fed, _ = trained
+    assert {it["party_id"] for it in _top(fed, "user-1")} == {"p0", "p1", "p2"}
+    with httpx.Client(base_url=fed.coordinator.url, headers=ADMIN_H, timeout=30) as admin:
+        admin.patch("/v1/parties/p1", json={"enabled": False}).raise_for_status()
+        try:
+            assert {it["party_id"] for it in _top(fed, "user-1")} == {"p0", "p2"}
+        finally:
+            admin.patch("/v1/parties/p1", json={"enabled": True}).raise_for_status()
+        assert {it["party_id"] for it in _top(fed, "user-1")} == {"p0", "p1", "p2"}
