@@ -218,7 +218,7 @@ class MaskedSum:
         failures.update({p: f"signing the survivors of {_label(step)}: {why}" for p, why in failed.items()})
         signatures = {p: str(a.get("signature", "")) for p, a in signed.items()}
         repeats = {p: str(a.get("repeat", "")) for p, a in signed.items()}  # signed with the survivor set
-        if len(signatures) < self._threshold:
+        if len(signatures) < max(self._threshold, len(survivors)):  # every survivor signs, or nobody reveals
             return Collected(None, [], failures, sent)
         reveal = Step(RECOVERY + step.name, step.round_index, step.attempt, step.layer)
         request: Message = {"survivors": survivors, "dropped": dropped, "signatures": signatures, "repeats": repeats}
@@ -444,6 +444,9 @@ class MaskedUpload:
         self._sets: dict[tuple[int, str], tuple[str, ...]] = {}
         # version -> the set the first masked step of that state went to
         self._holders: dict[int, tuple[str, ...]] = {}
+        # (version, label) -> the first sum a value of that state was unmasked in: a later value of the same state
+        # (other public parameters, a replayed sum) is nearly the same value, so it counts as a repeat, not fresh
+        self._opened: dict[tuple[int, str], str] = {}
 
     @property
     def party_id(self) -> str:
@@ -459,7 +462,8 @@ class MaskedUpload:
         """Which participant set each state version (and each of its values) was masked for, to persist."""
         keep = set(sorted(self._holders)[-KEEP_VERSIONS:])
         return {"holders": [[v, list(h)] for v, h in sorted(self._holders.items()) if v in keep],
-                "sets": [[v, label, list(names)] for (v, label), names in sorted(self._sets.items()) if v in keep]}
+                "sets": [[v, label, list(names)] for (v, label), names in sorted(self._sets.items()) if v in keep],
+                "opened": [[v, label, first] for (v, label), first in sorted(self._opened.items()) if v in keep]}
 
     def load(self, saved: Mapping[str, Any]) -> None:
         """Restore what `export` kept (a party restarted mid-run masks nothing again for another set).
@@ -475,6 +479,11 @@ class MaskedUpload:
         self._sets = {}
         for row in list(saved.get("sets") or []):
             self._sets.setdefault((int(row[0]), str(row[-2])), tuple(row[-1]))
+        self._opened = {(int(v), str(label)): str(first) for v, label, first in list(saved.get("opened") or [])}
+
+    def _bound_set(self, version: int, label: str | None) -> tuple[str, ...] | None:
+        """The one set a state version (label None: its first masked step; else that step's value) was masked for."""
+        return self._holders.get(version) if label is None else self._sets.get((version, label))
 
     def _context(self, round_index: int, attempt: int, sender: str, recipient: str) -> str:
         return f"{self.secagg.run_id}|r{round_index}|a{attempt}|{sender}>{recipient}"
@@ -490,7 +499,7 @@ class MaskedUpload:
             raise ProtocolError(f"a masked round needs this party and at least {self.floor} parties (the threshold "
                                 f"of the configured peer set of {len(self.configured)}), got {list(holders)}",
                                 extra={"field": "participants"})
-        first = self._holders.get(version)
+        first = self._bound_set(version, None)
         if first is not None and first != holders:
             # two sums of one value over different sets differ by the values of the parties left out; public
             # parameters do not make another value (a layer may not read them, or they may be nudged)
@@ -563,7 +572,7 @@ class MaskedUpload:
         missing = [p for p in names if p not in att.publics.get(label, {})]
         if label not in att.secrets or missing:
             raise ProtocolError(f"{label}: no step keys from {missing or 'this party'}", extra={"field": "participants"})
-        first = self._sets.get((att.version, label), names)
+        first = self._bound_set(att.version, label) or names
         if first != names:
             # two sums of one value over different sets differ by the values of the parties left out
             raise ProtocolError(f"one mask per value: {step.name} of state version {att.version} was already masked "
@@ -613,7 +622,8 @@ class MaskedUpload:
             raise ProtocolError(f"consistency round: {label} was already signed for survivors {list(first)} "
                                 "(one survivor set per step)", extra={"field": "survivors"})
         # whether this party's value was unmasked before, signed: the other survivors count fresh values from it
-        repeat = att.repeats.setdefault(label, self.ledger.revealed(att.digests[label]))
+        repeat = att.repeats.setdefault(label, self.ledger.revealed(att.digests[label])
+                                        or self._opened.get((att.version, label), ""))
         return {"signature": self.secagg.sign(self._statement(att, label, survivors, repeat)), "repeat": repeat}
 
     def _signed_by(self, party_id: str, statement: bytes, signature: object) -> bool:
@@ -650,13 +660,18 @@ class MaskedUpload:
                   for p in signatures}
         valid = [p for p, sig in signatures.items() if str(p) in survivors
                  and self._signed_by(str(p), self._statement(att, label, survivors, claims[str(p)]), sig)]
-        if len(valid) < att.threshold:
-            raise ProtocolError(f"consistency round: {len(valid)} valid signatures of authenticated peers over the "
-                                f"survivor set, {att.threshold} needed", extra={"field": "signatures"})
+        if len(valid) < att.threshold or set(valid) != set(survivors):
+            # every survivor's value is in the sum: each must have signed the same set and the same inputs (a
+            # party told other public parameters signs another statement), and said whether its value is fresh
+            raise ProtocolError(f"consistency round: valid signatures over the survivor set and the attempt's "
+                                f"inputs from {sorted(valid)}; every survivor {list(survivors)} must sign "
+                                f"(and at least {att.threshold})", extra={"field": "signatures"})
         self._check_fresh(att, label, survivors, {str(p): claims[str(p)] for p in valid})
         att.revealed.setdefault(label, (survivors, dropped))
-        self.ledger.reveal(att.digests[label], sum_instance(run_id=self.secagg.run_id, round_index=att.round_index,
-                                                            attempt=att.attempt, label=label, survivors=survivors))
+        instance = sum_instance(run_id=self.secagg.run_id, round_index=att.round_index, attempt=att.attempt,
+                                label=label, survivors=survivors)
+        self.ledger.reveal(att.digests[label], instance)
+        self._opened.setdefault((att.version, label), instance)
         mine = att.shares[label]
         return {"seed": {s: mine[s]["seed"] for s in survivors}, "key": {d: mine[d]["key"] for d in dropped}}
 

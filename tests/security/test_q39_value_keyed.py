@@ -303,3 +303,31 @@ def test_q3_a_secure_run_never_shrinks_to_one_party(scene: Scene) -> None:
     refused(alone.setup(target, "start", {"total_items": n_items, "item_counts": {target: n_items},
                                           "global_mean": 3.0}), "run of one party", "dev mode only")
     _no_value_in_the_clear(alone, target, 0, scene.public(n_users))
+
+
+def test_q6_a_party_told_other_public_parameters_makes_the_attempt_unmask_nothing(scene: Scene) -> None:
+    """Q6: the consistency statement binds the begin's inputs, and every survivor must sign it: a coordinator
+    that gives one party other public parameters (here p0, one ulp apart) gets no share from anyone, where t
+    matching signatures (p1's and p2's) used to unmask the sum."""
+    run_id = f"q6-{uuid.uuid4().hex[:12]}"
+    n_users = scene.honest_setup(run_id, seed=13)
+    att = replace(scene.attacker, run_id=run_id)
+    base = scene.public(n_users)
+    other = {n: a.copy() for n, a in base.items()}
+    other["user_emb"][0, 0] = np.nextafter(other["user_emb"][0, 0], np.float32(np.inf))
+    publics = {"p0": other, "p1": base, "p2": base}
+    held = Held("q6", list(NAMES), 0)
+    for p in NAMES:
+        res = att.step(p, 0, "begin", {"public": publics[p], "participants": list(NAMES)})
+        assert res.status_code == 200, res.text
+        held.opened[p] = unpack_tree(res.content)
+    for p in NAMES:
+        inbox = {s: held.opened[s]["secagg"]["sealed"][p] for s in NAMES if s != p}
+        answer = att.ok(p, 0, STEP, {"participants": list(NAMES), "sealed_in": inbox}, layer=0)
+        held.uploads[p] = np.asarray(answer["masked"], np.uint64).ravel()
+    signed = {p: att.ok(p, 0, f"consistency:{STEP}", {"survivors": list(NAMES)}, layer=0) for p in NAMES}
+    request = {"survivors": list(NAMES), "dropped": [], "signatures": {p: a["signature"] for p, a in signed.items()},
+               "repeats": {p: a.get("repeat", "") for p, a in signed.items()}}
+    for p in NAMES:
+        refused(att.step(p, 0, f"recovery:{STEP}", request, layer=0), "consistency round", "must sign")
+    assert unmaskable(held) == []
