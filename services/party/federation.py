@@ -14,9 +14,9 @@ import numpy as np
 from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 
+from services.crypto.double_mask import threshold_for
 from services.crypto.psi import PsiParty
 from services.crypto.secagg import SecAggParty
-from services.crypto.double_mask import threshold_for
 from services.errors import CryptoError, NotFound, ProtocolError, ValidationFailed
 from services.federation import registry
 from services.federation.aggregation import (
@@ -43,7 +43,14 @@ from services.federation.messages import (
     WarmStartRef,
     announcements_from,
 )
-from services.federation.plan import SPLIT_CODES, PartySide, ProtocolPlan, RatingTable, RunContract, Seeds
+from services.federation.plan import (
+    SPLIT_CODES,
+    PartySide,
+    ProtocolPlan,
+    RatingTable,
+    RunContract,
+    Seeds,
+)
 from services.federation.validation import carve_validation
 from services.federation.warm import row_map
 from services.party import fed_store as store
