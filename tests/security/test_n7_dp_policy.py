@@ -28,6 +28,14 @@ def test_parties_refuse_runs_beyond_their_dp_limits(tmp_path: Path) -> None:
         assert status["state"] == "failed", status
         assert "below this party's minimum 4 (PARTY_DP_MIN_EPSILON)" in status["detail"], status["detail"]
 
+        # FedPerGNN nests its ε under `train`: the floor reads it through the protocol's plan (issue 41: a run
+        # with train.dp_epsilon = 2 used to complete at parties whose floor is 4)
+        nested = fed.client.create_run(rounds=1, min_parties=2, seed=0,
+                                       config={"protocol": "fedpergnn", "train": {"dim": 4, "dp_epsilon": 2}})
+        status = fed.client.wait(nested["run_id"], timeout=120)
+        assert status["state"] == "failed", status
+        assert "below this party's minimum 4 (PARTY_DP_MIN_EPSILON)" in status["detail"], status["detail"]
+
         many = fed.client.create_run(rounds=1, min_parties=2, seed=0, config={**TINY_CONFIG, "dp_epsilon": 8})
         status = fed.client.wait(many["run_id"], timeout=120)
         assert status["state"] == "failed", status
