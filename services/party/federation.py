@@ -568,12 +568,14 @@ class FederationService:
             assert run.side is not None
             answer = run.side.handler.handle(step, message)
             if isinstance(run.aggregation, MaskedUpload):
-                claimed = run.aggregation.ledger.drain()
-                if claimed:  # persisted before the masked answer leaves this party
-                    store.add_states(session=session, values={VALUE_PREFIX + k: v for k, v in claimed.items()})
+                # persisted, in one commit, before the answer leaves this party: which set each value was masked
+                # for and which sum unmasked it (party-wide), and the run's per-version record; both outlive a restart
+                changed: dict[str, Any] = {VALUE_PREFIX + k: v for k, v in run.aggregation.ledger.drain().items()}
                 record = run.aggregation.export()
-                if record != run.masked_saved:  # which set each value was masked for outlives a restart
-                    store.put_state(session=session, key=f"masked:{run.run_id}", value=record)
+                if record != run.masked_saved:
+                    changed[f"masked:{run.run_id}"] = record
+                if changed:
+                    store.add_states(session=session, values=changed)
                     run.masked_saved = record
             if step.name == "finish":
                 self._snapshot(session, run, round_index=step.round_index)
