@@ -49,7 +49,7 @@ class Scorer:
     """The request-independent side of one model: item matrix (transposed), EASE as CSR, the blend."""
 
     model: ServingModel
-    matrix_t: np.ndarray  # float32 (D', M), C-contiguous: one gemv reads it row by row
+    matrix_t: np.ndarray  # float64 (D', M), C-contiguous: one gemv reads it row by row
     ease: sp.csr_matrix | None  # float32 (M, M): B's rows (None: no local ranking)
     local: LocalRanking | None
 
@@ -61,7 +61,10 @@ class Scorer:
         if local is not None:
             e = local.ease
             ease = sp.csr_matrix((e.data.astype(np.float32), e.indices, e.indptr), shape=(e.n_items, e.n_items))
-        return Scorer(model, np.ascontiguousarray(model.item_matrix.T), ease, local)
+        # the product runs in float64 and is rounded to float32 once: a row then scores the same alone (a request)
+        # as in a chunk of the precomputed lists (float32 GEMV and GEMM round differently), so one release always
+        # serves the same scores
+        return Scorer(model, np.ascontiguousarray(model.item_matrix.T, dtype=np.float64), ease, local)
 
     def vectors(self, model_rows: np.ndarray) -> np.ndarray:
         """The user side of `ServingModel.user_scores` for model rows (n, D'), float32."""
@@ -102,7 +105,7 @@ class Scorer:
         warm = mrows >= 0
         fed = np.zeros((n, m), np.float32)
         if warm.any():
-            fed[warm] = self.vectors(mrows[warm]) @ self.matrix_t
+            fed[warm] = self.vectors(mrows[warm]).astype(np.float64) @ self.matrix_t
         if self.ease is None:
             out, affine = fed, np.tile(np.array([1.0, 0.0, 0.0], np.float32), (n, 1))
         else:

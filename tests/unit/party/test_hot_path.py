@@ -138,3 +138,15 @@ def test_an_erased_user_keeps_no_precomputed_list() -> None:
     snap = _with_hot(_fixture(1, blend=True, ranked=False)).without_user("u3")
     assert snap.hot is not None and "u3" not in snap.user_rows
     assert recommend(snapshot=snap, user_id="u4", k=10)["items"]
+
+
+@pytest.mark.parametrize("blend", [True, False])
+def test_one_release_serves_the_same_scores_before_and_after_its_lists_are_built(blend: bool) -> None:
+    """A row scored alone (a request before the lists exist, or past their length) gets bit for bit the
+    scores its chunk of the precomputed lists got: an app, and a rollback, see one answer per release."""
+    for seed in range(3):
+        cold = _fixture(seed, blend=blend, ranked=True)
+        hot = _with_hot(cold)
+        for u in range(N_USERS):
+            before = recommend(snapshot=cold, user_id=f"u{u}", k=10)
+            assert recommend(snapshot=hot, user_id=f"u{u}", k=10) == before, (seed, u)
