@@ -218,7 +218,7 @@ class MaskedSum:
         failures.update({p: f"signing the survivors of {_label(step)}: {why}" for p, why in failed.items()})
         signatures = {p: str(a.get("signature", "")) for p, a in signed.items()}
         repeats = {p: str(a.get("repeat", "")) for p, a in signed.items()}  # signed with the survivor set
-        if len(signatures) < max(self._threshold, len(survivors)):  # every survivor signs, or nobody reveals
+        if len(signatures) < self._threshold:
             return Collected(None, [], failures, sent)
         reveal = Step(RECOVERY + step.name, step.round_index, step.attempt, step.layer)
         request: Message = {"survivors": survivors, "dropped": dropped, "signatures": signatures, "repeats": repeats}
@@ -660,12 +660,13 @@ class MaskedUpload:
                   for p in signatures}
         valid = [p for p, sig in signatures.items() if str(p) in survivors
                  and self._signed_by(str(p), self._statement(att, label, survivors, claims[str(p)]), sig)]
-        if len(valid) < att.threshold or set(valid) != set(survivors):
-            # every survivor's value is in the sum: each must have signed the same set and the same inputs (a
-            # party told other public parameters signs another statement), and said whether its value is fresh
-            raise ProtocolError(f"consistency round: valid signatures over the survivor set and the attempt's "
-                                f"inputs from {sorted(valid)}; every survivor {list(survivors)} must sign "
-                                f"(and at least {att.threshold})", extra={"field": "signatures"})
+        if len(valid) < att.threshold:
+            # t parties must have signed the same set and the same inputs (a party told other public parameters
+            # signs another statement and does not count); a survivor that failed after its masked step need not
+            # sign (its shares are with the others), else one crash would stall the round
+            raise ProtocolError(f"consistency round: {len(valid)} valid signatures of authenticated peers over the "
+                                f"survivor set and the attempt's inputs ({sorted(valid)}), {att.threshold} needed",
+                                extra={"field": "signatures"})
         self._check_fresh(att, label, survivors, {str(p): claims[str(p)] for p in valid})
         att.revealed.setdefault(label, (survivors, dropped))
         instance = sum_instance(run_id=self.secagg.run_id, round_index=att.round_index, attempt=att.attempt,

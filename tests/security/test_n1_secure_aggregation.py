@@ -113,7 +113,7 @@ def test_recovery_of_a_party_that_did_not_drop_reveals_nothing_of_it() -> None:
             _sign(fed, [p], NAMES, step)
     # p0 signs the whole set, but its own signature (and the others' over another set) is one of the 2 needed
     own = _sign(fed, ["p0"], NAMES, step)
-    with pytest.raises(ProtocolError, match=r"valid signatures .* from \['p0'\]; every survivor"):
+    with pytest.raises(ProtocolError, match="1 valid signatures"):
         fed.links["p0"].call(reveal, {"survivors": NAMES, "dropped": [], "signatures": {**sigs, **own}})
     assert all("p0" not in a["seed"] for a in lies.values())  # not one share of p0's self-mask seed left
 
@@ -185,7 +185,7 @@ def test_the_probes_request_sequence_over_http_reveals_nothing(tmp_path: Path) -
         again = fed.http.post(f"{base['p0']}/recovery:projection?attempt=0&layer=0", headers=headers,
                               content=pack_tree({"survivors": ["p0", "p1"], "dropped": [],
                                                  "signatures": {"p0": unpack_tree(sign.content)["signature"]}}))
-        assert again.status_code == 409 and "from ['p0']; every survivor" in again.json()["detail"], again.text
+        assert again.status_code == 409 and "1 valid signatures" in again.json()["detail"], again.text
 
 
 def _public_shapes(fed: Federation, run_id: str) -> dict[str, np.ndarray]:

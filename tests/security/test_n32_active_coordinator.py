@@ -167,7 +167,7 @@ def test_different_survivor_sets_per_party_are_refused_by_the_consistency_round(
     # p2's split, shown every signature there is: only its own is over {p0, p2}
     refused(attacker.step("p2", r, f"recovery:{step}", {"survivors": ["p0", "p2"], "dropped": ["p1"],
                                                         "signatures": sig}, layer=0),
-            "consistency round", "valid signatures", "from ['p2']", "must sign")
+            "consistency round", "1 valid signatures", "2 needed")
     # p1's split has t signatures over one set: p0 and p1 answer that one partition, {p0, p1} | {p2}
     for p in ("p0", "p1"):
         shares.append(attacker.ok(p, r, f"recovery:{step}", {"survivors": ["p0", "p1"], "dropped": ["p2"],

@@ -306,16 +306,19 @@ def test_q3_a_secure_run_never_shrinks_to_one_party(scene: Scene) -> None:
 
 
 def test_q6_a_party_told_other_public_parameters_makes_the_attempt_unmask_nothing(scene: Scene) -> None:
-    """Q6: the consistency statement binds the begin's inputs, and every survivor must sign it: a coordinator
-    that gives one party other public parameters (here p0, one ulp apart) gets no share from anyone, where t
-    matching signatures (p1's and p2's) used to unmask the sum."""
+    """Q6: the consistency statement binds the begin's inputs, so a signature counts only at parties told the
+    same parameters: a coordinator that gives each of the three parties other public parameters (one and two
+    ulp apart) gets no share from anyone, where the three signatures over the survivor set used to unmask the
+    sum; and a party told other parameters than the rest (p0) does not reveal on the others' signatures."""
     run_id = f"q6-{uuid.uuid4().hex[:12]}"
     n_users = scene.honest_setup(run_id, seed=13)
     att = replace(scene.attacker, run_id=run_id)
     base = scene.public(n_users)
-    other = {n: a.copy() for n, a in base.items()}
-    other["user_emb"][0, 0] = np.nextafter(other["user_emb"][0, 0], np.float32(np.inf))
-    publics = {"p0": other, "p1": base, "p2": base}
+    publics = {}
+    for k, p in enumerate(NAMES):
+        publics[p] = {n: a.copy() for n, a in base.items()}
+        for _ in range(k):
+            publics[p]["user_emb"][0, 0] = np.nextafter(publics[p]["user_emb"][0, 0], np.float32(np.inf))
     held = Held("q6", list(NAMES), 0)
     for p in NAMES:
         res = att.step(p, 0, "begin", {"public": publics[p], "participants": list(NAMES)})
@@ -329,5 +332,6 @@ def test_q6_a_party_told_other_public_parameters_makes_the_attempt_unmask_nothin
     request = {"survivors": list(NAMES), "dropped": [], "signatures": {p: a["signature"] for p, a in signed.items()},
                "repeats": {p: a.get("repeat", "") for p, a in signed.items()}}
     for p in NAMES:
-        refused(att.step(p, 0, f"recovery:{STEP}", request, layer=0), "consistency round", "must sign")
+        refused(att.step(p, 0, f"recovery:{STEP}", request, layer=0), "consistency round", "1 valid signatures",
+                "2 needed")
     assert unmaskable(held) == []
