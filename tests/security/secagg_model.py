@@ -41,7 +41,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from services.crypto.secagg import SecAggParty, decode_fixed, encode_fixed
 from services.db.session import make_engine, make_sessionmaker, migrate
 from services.errors import DomainError
-from services.federation.aggregation import MaskedUpload, PlainUpload, participants_of
+from services.federation.aggregation import MaskedUpload, PlainUpload, ValueLedger, participants_of
 from services.federation.links import Step
 from services.federation.messages import (
     ConfigureRequest,
@@ -133,9 +133,8 @@ class Knowledge:
     plain: list[int] = field(default_factory=list)
 
     def value(self, pid: str, vector: np.ndarray) -> int:
-        encoded = encode_fixed(vector)
-        self.values.append((pid, encoded.tobytes().hex()[:64] + str(encoded.size) + str(hash(encoded.tobytes())),
-                            decode_fixed(encoded)))
+        encoded = encode_fixed(vector)  # an exact repeat is the same symbol: the party's own ledger key
+        self.values.append((pid, ValueLedger.digest(encoded), decode_fixed(encoded)))
         return len(self.values) - 1
 
     def learned(self) -> list[list[int]]:
